@@ -1,0 +1,53 @@
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import { StreamableFile } from '@nestjs/common';
+import { IdempotencyBodyUnavailableError } from './idempotency.errors.js';
+import type { StoredResponse } from './idempotency-store.interface.js';
+
+/** The parts of an Express or Fastify request the module reads. */
+export interface HttpRequest extends IncomingMessage {
+  method: string;
+  url: string;
+  /** Express: the path as received, before routers strip their mount points. */
+  originalUrl?: string;
+  /** Set by Nest when the application is created with `rawBody: true`. */
+  rawBody?: Buffer;
+  /** Express: the matched route. */
+  route?: { path?: string };
+  /** Fastify: the matched route. */
+  routeOptions?: { url?: string };
+}
+
+/** The raw body bytes as received; the parsed body is never re-serialized. */
+export function rawBodyOf(request: HttpRequest): Buffer {
+  if (request.rawBody) return request.rawBody;
+  const declaresBody = Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
+  if (declaresBody) throw new IdempotencyBodyUnavailableError();
+  return Buffer.alloc(0);
+}
+
+/** The requested path with its query, as received. */
+export function requestUrlOf(request: HttpRequest): string {
+  return request.originalUrl ?? request.url;
+}
+
+/** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */
+export function endpointOf(request: HttpRequest): string {
+  const template = request.route?.path ?? request.routeOptions?.url ?? requestUrlOf(request).split('?')[0];
+  return `${request.method} ${template}`;
+}
+
+export function setRetryAfter(response: ServerResponse, seconds: number): void {
+  response.setHeader('Retry-After', String(Math.ceil(seconds)));
+}
+
+/**
+ * Prepares the response for a replay and returns the value for Nest to send: the stored status and
+ * headers are set here, and the stored bytes go out untouched (a `StreamableFile` is never re-serialized).
+ */
+export function replayResponse(response: ServerResponse, stored: StoredResponse, replayHeaderName: string): StreamableFile | undefined {
+  response.statusCode = stored.status;
+  for (const [name, value] of Object.entries(stored.headers)) response.setHeader(name, value);
+  response.setHeader(replayHeaderName, 'true');
+  if (stored.body.length === 0) return undefined;
+  return new StreamableFile(stored.body, { length: stored.body.length });
+}

@@ -1,0 +1,48 @@
+import { IdempotencyKeyInvalidError } from './idempotency.errors.js';
+
+const MAX_KEY_LENGTH = 255;
+const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+
+/**
+ * Reads an idempotency key from its header value. Accepts a bare token or an RFC 8941 sf-string
+ * (`"abc"`, with `\"` and `\\` escapes); either way the key is 1..255 visible ASCII characters.
+ * Returns `undefined` when the header is absent; throws `IdempotencyKeyInvalidError` otherwise.
+ */
+export function parseIdempotencyKey(headerValue: string | string[] | undefined, headerName: string): string | undefined {
+  if (headerValue === undefined) return undefined;
+  if (Array.isArray(headerValue)) {
+    throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once');
+  }
+  const key = headerValue.startsWith('"') ? unquoteStructuredString(headerValue, headerName) : headerValue;
+  if (key.length === 0) throw new IdempotencyKeyInvalidError(headerName, 'it is empty');
+  if (key.length > MAX_KEY_LENGTH) {
+    throw new IdempotencyKeyInvalidError(headerName, `it is longer than ${MAX_KEY_LENGTH} characters`);
+  }
+  if (!VISIBLE_ASCII.test(key)) {
+    throw new IdempotencyKeyInvalidError(headerName, 'it may only hold visible ASCII characters (no spaces)');
+  }
+  return key;
+}
+
+function unquoteStructuredString(value: string, headerName: string): string {
+  let key = '';
+  for (let i = 1; i < value.length; i += 1) {
+    const char = value[i];
+    if (char === '\\') {
+      const escaped = value[i + 1];
+      if (escaped !== '"' && escaped !== '\\') {
+        throw new IdempotencyKeyInvalidError(headerName, 'a quoted key may only escape " and \\');
+      }
+      key += escaped;
+      i += 1;
+    } else if (char === '"') {
+      if (i !== value.length - 1) {
+        throw new IdempotencyKeyInvalidError(headerName, 'it has characters after the closing quote');
+      }
+      return key;
+    } else {
+      key += char;
+    }
+  }
+  throw new IdempotencyKeyInvalidError(headerName, 'its opening quote is never closed');
+}

@@ -1,0 +1,58 @@
+import type { ExecutionContext } from '@nestjs/common';
+
+/** What the fingerprint of a request is computed from. */
+export interface FingerprintInput {
+  /** Upper-case HTTP method. */
+  method: string;
+  /** The requested path with its query string, as received. */
+  url: string;
+  /** The raw body bytes as received (empty when the request has no body). */
+  body: Buffer;
+}
+
+/** Returns the account (tenant) a request belongs to; keys are scoped by it. */
+export type AccountResolver = (context: ExecutionContext) => string | Promise<string>;
+
+/** Options that `@Idempotent()` may set per route or controller; they override the module's. */
+export interface IdempotentOptions {
+  /** Refuse requests without a key (400 `idempotency_key_required`). Default: `true`. */
+  required?: boolean;
+  /** How long a completed outcome is kept and replayed, counted from completion. Default: 86 400 s (24 h). */
+  ttlSeconds?: number;
+  /** How long an in-progress claim blocks other attempts before a retry may take it over. Default: 60 s. */
+  leaseSeconds?: number;
+  /** `Retry-After` sent with 409 `request_in_progress` and 503 `idempotency_store_unavailable`. Default: 2 s. */
+  retryAfterSeconds?: number;
+  /** The account of a request. Default: none, and keys are then scoped per endpoint only (logged at start-up). */
+  accountResolver?: AccountResolver;
+  /** Request fingerprint. Default: sha256 of method, path with query and raw body (`sha256Fingerprint`). */
+  fingerprint?: (input: FingerprintInput) => string;
+  /**
+   * Response headers stored and replayed besides `Content-Type` and `Location`. Default: `[]`.
+   * `Set-Cookie`, `Content-Length` and hop-by-hop headers are never stored, whatever is listed here.
+   */
+  storedResponseHeaders?: string[];
+  /** Responses whose body is larger are not stored; the claim is released. Default: 1 MiB. */
+  maxStoredBodyBytes?: number;
+  /**
+   * Whether a response status is a final outcome to store and replay; otherwise the claim is released
+   * and a retry runs the handler again. Default: `status < 500 && status !== 400`.
+   */
+  isFinalStatus?: (status: number) => boolean;
+}
+
+/** Options of `IdempotencyModule.forRoot()`. */
+export interface IdempotencyModuleOptions extends IdempotentOptions {
+  /** Request header carrying the key. Default: `Idempotency-Key`. */
+  headerName?: string;
+  /** Response header set to `true` on a replay. Default: `Idempotent-Replay` (Stripe sends `Idempotent-Replayed`). */
+  replayHeaderName?: string;
+  /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
+  tableName?: string;
+  /** Name of the TypeORM data source to use. Default: the default data source. */
+  dataSource?: string;
+  /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
+  purgeIntervalSeconds?: number;
+  /** Records deleted per purge statement. Default: 1000. */
+  purgeBatchSize?: number;
+}

@@ -1,0 +1,80 @@
+import { createHash } from 'node:crypto';
+import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+
+/** Headers that describe one connection or one message, or that must never be replayed to another client. */
+const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
+  'set-cookie',
+  'content-length',
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+const ALWAYS_STORED_HEADERS = ['content-type', 'location'];
+
+/** Default fingerprint: sha256 of the method, the path with its query and the raw body bytes. */
+export function sha256Fingerprint({ method, url, body }: FingerprintInput): string {
+  // Neither a method nor a request target can hold a newline, so this first line is unambiguous.
+  return createHash('sha256').update(`${method} ${url}\n`).update(body).digest('hex');
+}
+
+/** The default final outcomes: everything but a malformed request (400) and server faults (5xx). */
+export function isFinalStatusByDefault(status: number): boolean {
+  return status < 500 && status !== 400;
+}
+
+/** Every option resolved for one route: module options, overridden by the route's. */
+export interface IdempotencyPolicy {
+  headerName: string;
+  replayHeaderName: string;
+  required: boolean;
+  ttlSeconds: number;
+  leaseSeconds: number;
+  retryAfterSeconds: number;
+  accountResolver: AccountResolver | undefined;
+  fingerprint: (input: FingerprintInput) => string;
+  /** Lower-case names of the response headers that are stored and replayed. */
+  storedResponseHeaders: ReadonlySet<string>;
+  maxStoredBodyBytes: number;
+  isFinalStatus: (status: number) => boolean;
+}
+
+export const DEFAULT_TABLE_NAME = 'idempotency_records';
+export const DEFAULT_PURGE_BATCH_SIZE = 1000;
+
+export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}): IdempotencyPolicy {
+  const options = { ...moduleOptions, ...withoutUndefined(routeOptions) };
+  const extraHeaders = (options.storedResponseHeaders ?? []).map((name) => name.toLowerCase());
+  return {
+    headerName: options.headerName ?? 'Idempotency-Key',
+    replayHeaderName: options.replayHeaderName ?? 'Idempotent-Replay',
+    required: options.required ?? true,
+    ttlSeconds: positive('ttlSeconds', options.ttlSeconds ?? 24 * 60 * 60),
+    leaseSeconds: positive('leaseSeconds', options.leaseSeconds ?? 60),
+    retryAfterSeconds: positive('retryAfterSeconds', options.retryAfterSeconds ?? 2),
+    accountResolver: options.accountResolver,
+    fingerprint: options.fingerprint ?? sha256Fingerprint,
+    storedResponseHeaders: new Set(
+      [...ALWAYS_STORED_HEADERS, ...extraHeaders].filter((name) => !NEVER_STORED_HEADERS.has(name)),
+    ),
+    maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
+    isFinalStatus: options.isFinalStatus ?? isFinalStatusByDefault,
+  };
+}
+
+function positive(name: string, value: number): number {
+  if (!Number.isFinite(value) || value <= 0) {
+    throw new RangeError(`Idempotency option ${name} must be a positive number, got ${value}`);
+  }
+  return value;
+}
+
+function withoutUndefined<T extends object>(options: T): Partial<T> {
+  return Object.fromEntries(Object.entries(options).filter(([, value]) => value !== undefined)) as Partial<T>;
+}

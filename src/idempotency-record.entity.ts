@@ -1,0 +1,52 @@
+import { Column, Entity, Index, PrimaryColumn } from 'typeorm';
+
+/**
+ * One idempotency record. The primary key on (account, endpoint, key) is the single-flight lock.
+ * The table itself is created by `CreateIdempotencyRecords` (see idempotency-records.migration.ts).
+ */
+@Entity({ name: 'idempotency_records' })
+@Index('idempotency_records_expires_at_idx', ['expiresAt'])
+export class IdempotencyRecord {
+  @PrimaryColumn({ type: 'text', primaryKeyConstraintName: 'idempotency_records_pkey' })
+  account: string;
+
+  @PrimaryColumn({ type: 'text', primaryKeyConstraintName: 'idempotency_records_pkey' })
+  endpoint: string;
+
+  @PrimaryColumn({ name: 'idempotency_key', type: 'varchar', length: 255, primaryKeyConstraintName: 'idempotency_records_pkey' })
+  key: string;
+
+  /** Hex sha256 (by default) of the request that claimed the key. */
+  @Column({ type: 'text' })
+  fingerprint: string;
+
+  @Column({ type: 'text' })
+  status: 'in_progress' | 'completed';
+
+  /** Token of the attempt holding the claim; finalize and release compare on it (fencing). */
+  @Column({ type: 'uuid' })
+  attempt: string;
+
+  @Column({ name: 'response_status', type: 'smallint', nullable: true })
+  responseStatus: number | null;
+
+  @Column({ name: 'response_headers', type: 'jsonb', nullable: true })
+  responseHeaders: Record<string, string | string[]> | null;
+
+  @Column({ name: 'response_body', type: 'bytea', nullable: true })
+  responseBody: Buffer | null;
+
+  @Column({ name: 'created_at', type: 'timestamptz' })
+  createdAt: Date;
+
+  /** While in progress: until when the claim blocks other attempts. */
+  @Column({ name: 'locked_until', type: 'timestamptz', nullable: true })
+  lockedUntil: Date | null;
+
+  @Column({ name: 'completed_at', type: 'timestamptz', nullable: true })
+  completedAt: Date | null;
+
+  /** When the record counts as absent: completion + TTL, or, for an abandoned claim, lease + TTL. */
+  @Column({ name: 'expires_at', type: 'timestamptz' })
+  expiresAt: Date;
+}

@@ -1,0 +1,8 @@
+/** Metadata key under which `@Idempotent()` stores its per-route options. */
+export const IDEMPOTENT_METADATA = 'idempotency:idempotent';
+
+/** Injection token of the record store (`IdempotencyStore`); override it to plug in another store. */
+export const IDEMPOTENCY_STORE = Symbol('IDEMPOTENCY_STORE');
+
+/** Methods that are already safe or naturally idempotent: they pass through even when they carry a key. */
+export const PASS_THROUGH_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'DELETE']);

@@ -1,0 +1,35 @@
+export { IdempotencyModule } from './idempotency.module.js';
+export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+export { Idempotent } from './idempotent.decorator.js';
+export { IdempotencyInterceptor } from './idempotency.interceptor.js';
+export { IdempotencyService, type IdempotencyDecision } from './idempotency.service.js';
+export { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+export type {
+  AccountResolver,
+  FingerprintInput,
+  IdempotencyModuleOptions,
+  IdempotentOptions,
+} from './idempotency-options.interface.js';
+export { isFinalStatusByDefault, resolvePolicy, sha256Fingerprint, type IdempotencyPolicy } from './idempotency-policy.js';
+export { parseIdempotencyKey } from './idempotency-key.js';
+export type {
+  ClaimResult,
+  ClaimTiming,
+  ExistingRecord,
+  IdempotencyClaim,
+  IdempotencyScope,
+  IdempotencyStore,
+  StoredResponse,
+} from './idempotency-store.interface.js';
+export { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+export { IdempotencyRecord } from './idempotency-record.entity.js';
+export { CreateIdempotencyRecords, createIdempotencyRecordsMigration } from './idempotency-records.migration.js';
+export {
+  IdempotencyBodyUnavailableError,
+  IdempotencyError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyRequiredError,
+  IdempotencyKeyReuseError,
+  IdempotencyStoreUnavailableError,
+  RequestInProgressError,
+} from './idempotency.errors.js';

@@ -1,0 +1,148 @@
+import type { DataSource } from 'typeorm';
+import type {
+  ClaimResult,
+  ClaimTiming,
+  ExistingRecord,
+  IdempotencyClaim,
+  IdempotencyScope,
+  IdempotencyStore,
+  StoredResponse,
+} from './idempotency-store.interface.js';
+
+/** Quotes a table name, optionally schema-qualified, as a PostgreSQL identifier. */
+export function quoteTableName(tableName: string): string {
+  return tableName
+    .split('.')
+    .map((part) => `"${part.replace(/"/g, '""')}"`)
+    .join('.');
+}
+
+interface ClaimRow {
+  claimed: boolean;
+  fingerprint: string | null;
+  status: 'in_progress' | 'completed' | null;
+  response_status: number | null;
+  response_headers: Record<string, string | string[]> | null;
+  response_body: Buffer | null;
+}
+
+/**
+ * A claim whose conflicting row was committed after this statement took its snapshot sees neither a
+ * claimed nor an existing row; running the statement again (with a new snapshot) resolves it.
+ */
+const CLAIM_ATTEMPTS = 5;
+
+/** The record store on PostgreSQL, through the application's TypeORM data source. */
+export class PostgresIdempotencyStore implements IdempotencyStore {
+  private readonly claimSql: string;
+  private readonly completeSql: string;
+  private readonly releaseSql: string;
+  private readonly purgeSql: string;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    tableName: string,
+  ) {
+    const table = quoteTableName(tableName);
+    const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
+    // One statement, one round trip: claim a new key, or take over an expired record or a lapsed lease
+    // of the same request; otherwise return the record that holds the scope.
+    this.claimSql = `
+      WITH claimed AS (
+        INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt,
+                                   created_at, locked_until, expires_at)
+        VALUES ($1, $2, $3, $4, 'in_progress', $5, now(),
+                now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8))
+        ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
+          fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
+          created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
+          completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
+        WHERE r.expires_at <= now()
+           OR (r.status = 'in_progress' AND r.locked_until <= now() AND r.fingerprint = EXCLUDED.fingerprint)
+        RETURNING 1
+      )
+      SELECT true AS claimed, NULL::text AS fingerprint, NULL::text AS status, NULL::smallint AS response_status,
+             NULL::jsonb AS response_headers, NULL::bytea AS response_body
+      FROM claimed
+      UNION ALL
+      SELECT false, fingerprint, status, response_status, response_headers, response_body
+      FROM ${table}
+      WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM claimed)`;
+    this.completeSql = `
+      UPDATE ${table}
+      SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
+          completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
+      WHERE ${scope} AND attempt = $4 AND status = 'in_progress'
+      RETURNING 1`;
+    this.releaseSql = `DELETE FROM ${table} WHERE ${scope} AND attempt = $4 AND status = 'in_progress' RETURNING 1`;
+    // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
+    this.purgeSql = `
+      WITH purged AS (
+        DELETE FROM ${table}
+        WHERE ctid IN (SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
+          AND expires_at <= now()
+        RETURNING 1
+      )
+      SELECT count(*)::int AS purged FROM purged`;
+  }
+
+  async claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult> {
+    for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
+      const rows: ClaimRow[] = await this.dataSource.query(this.claimSql, [
+        scope.account,
+        scope.endpoint,
+        scope.key,
+        fingerprint,
+        attempt,
+        timing.leaseSeconds,
+        timing.ttlSeconds,
+      ]);
+      const [row] = rows;
+      if (!row) continue;
+      if (row.claimed) return { claimed: true };
+      return { claimed: false, existing: toExistingRecord(row) };
+    }
+    throw new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
+  }
+
+  async complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number): Promise<boolean> {
+    const { scope, attempt } = claim;
+    const rows: unknown[] = await this.dataSource.query(this.completeSql, [
+      scope.account,
+      scope.endpoint,
+      scope.key,
+      attempt,
+      response.status,
+      JSON.stringify(response.headers),
+      response.body,
+      ttlSeconds,
+    ]);
+    return rows.length === 1;
+  }
+
+  async release(claim: IdempotencyClaim): Promise<boolean> {
+    const { scope, attempt } = claim;
+    const rows: unknown[] = await this.dataSource.query(this.releaseSql, [scope.account, scope.endpoint, scope.key, attempt]);
+    return rows.length === 1;
+  }
+
+  async purgeExpired(batchSize: number): Promise<number> {
+    const [{ purged }]: Array<{ purged: number }> = await this.dataSource.query(this.purgeSql, [batchSize]);
+    return purged;
+  }
+}
+
+function toExistingRecord(row: ClaimRow): ExistingRecord {
+  if (row.status === 'completed') {
+    return {
+      status: 'completed',
+      fingerprint: row.fingerprint as string,
+      response: {
+        status: row.response_status as number,
+        headers: row.response_headers ?? {},
+        body: row.response_body ?? Buffer.alloc(0),
+      },
+    };
+  }
+  return { status: 'in_progress', fingerprint: row.fingerprint as string };
+}

@@ -1,0 +1,83 @@
+import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { StoredResponse } from './idempotency-store.interface.js';
+
+/** What was sent: the whole response, or why it could not be stored. */
+export type SentResponse = { storable: true; response: StoredResponse } | { storable: false; reason: string };
+
+export interface CaptureOptions {
+  /** False when the route is known to write its response itself (SSE, `@Res()` without passthrough). */
+  storable: boolean;
+  maxBodyBytes: number;
+  storedHeaders: ReadonlySet<string>;
+}
+
+type EndCallback = () => void;
+
+/**
+ * Captures the response as it is written to the socket, whoever writes it (the handler's return value,
+ * an exception filter, a passthrough `res`), and holds its end until `onEnd` has run: the outcome is
+ * durable before the client can see it. A response written in several chunks is a stream and is not stored.
+ */
+export function captureResponse(
+  res: ServerResponse,
+  options: CaptureOptions,
+  onEnd: (sent: SentResponse) => Promise<void>,
+): void {
+  const originalWrite = res.write;
+  const originalEnd = res.end;
+  let streamed = false;
+
+  res.write = function write(this: ServerResponse, ...args: unknown[]) {
+    streamed = true;
+    return (originalWrite as (...a: unknown[]) => boolean).apply(this, args);
+  } as ServerResponse['write'];
+
+  res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
+    res.write = originalWrite;
+    res.end = originalEnd;
+    if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
+    if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
+    const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
+    void onEnd(sent).finally(() => {
+      originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
+    });
+    return res;
+  } as ServerResponse['end'];
+}
+
+function describeSent(
+  res: ServerResponse,
+  options: CaptureOptions,
+  streamed: boolean,
+  chunk: unknown,
+  encoding: BufferEncoding | undefined,
+): SentResponse {
+  if (!options.storable || streamed) {
+    return { storable: false, reason: 'the handler streams its response or writes it itself' };
+  }
+  const body = toBuffer(chunk, encoding);
+  if (body.length > options.maxBodyBytes) {
+    return { storable: false, reason: `the response body is larger than ${options.maxBodyBytes} bytes` };
+  }
+  return {
+    storable: true,
+    response: { status: res.statusCode, headers: pickHeaders(res.getHeaders(), options.storedHeaders), body },
+  };
+}
+
+function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer {
+  if (chunk === undefined || chunk === null) return Buffer.alloc(0);
+  if (typeof chunk === 'string') return Buffer.from(chunk, encoding ?? 'utf8');
+  if (Buffer.isBuffer(chunk)) return chunk;
+  if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+  return Buffer.from(String(chunk));
+}
+
+function pickHeaders(headers: OutgoingHttpHeaders, allowed: ReadonlySet<string>): Record<string, string | string[]> {
+  const picked: Record<string, string | string[]> = {};
+  for (const [name, value] of Object.entries(headers)) {
+    if (value === undefined || !allowed.has(name)) continue;
+    picked[name] = Array.isArray(value) ? value : String(value);
+  }
+  return picked;
+}
