@@ -49,8 +49,6 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   replayHeaderName?: string;
   /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
   tableName?: string;
-  /** Name of the TypeORM data source to use. Default: the default data source. */
-  dataSource?: string;
   /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
   purgeIntervalSeconds?: number;
   /** Records deleted per purge statement. Default: 1000. */

@@ -1,5 +1,18 @@
-import { ConfigurableModuleBuilder } from '@nestjs/common';
+import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
+import { getDataSourceToken } from '@nestjs/typeorm';
+import type { DataSource } from 'typeorm';
+import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
+import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
+import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+
+/** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */
+export interface IdempotencyModuleExtras {
+  /** Register the module globally. Default: `true`. */
+  isGlobal?: boolean;
+  /** Name of the TypeORM data source holding the records. Default: the default data source. */
+  dataSource?: string;
+}
 
 export const {
   ConfigurableModuleClass: ConfigurableIdempotencyModule,
@@ -8,5 +21,18 @@ export const {
   ASYNC_OPTIONS_TYPE: IDEMPOTENCY_ASYNC_OPTIONS_TYPE,
 } = new ConfigurableModuleBuilder<IdempotencyModuleOptions>()
   .setClassMethodName('forRoot')
-  .setExtras({ isGlobal: true }, (definition, extras) => ({ ...definition, global: extras.isGlobal }))
+  .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, extras) => ({
+    ...definition,
+    global: extras.isGlobal,
+    providers: [...(definition.providers ?? []), postgresStoreProvider(extras.dataSource)],
+  }))
   .build();
+
+function postgresStoreProvider(dataSourceName: string | undefined): Provider {
+  return {
+    provide: IDEMPOTENCY_STORE,
+    inject: [getDataSourceToken(dataSourceName), IDEMPOTENCY_MODULE_OPTIONS],
+    useFactory: (dataSource: DataSource, options: IdempotencyModuleOptions) =>
+      new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME),
+  };
+}

@@ -1,5 +1,5 @@
 export { IdempotencyModule } from './idempotency.module.js';
-export { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
 export { IdempotencyService, type IdempotencyDecision } from './idempotency.service.js';

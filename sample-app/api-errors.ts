@@ -1,0 +1,12 @@
+import { HttpException, HttpStatus } from '@nestjs/common';
+
+/** The sample API's own errors: `{ error: { type, code, message, param? } }`, as Stripe shapes them. */
+export class ApiError extends HttpException {
+  constructor(status: HttpStatus, type: string, code: string, message: string, param?: string) {
+    super({ error: { type, code, message, ...(param ? { param } : {}) } }, status);
+  }
+}
+
+export function invalidRequest(message: string, param?: string): ApiError {
+  return new ApiError(HttpStatus.BAD_REQUEST, 'invalid_request_error', param ? 'parameter_invalid' : 'invalid_request', message, param);
+}

@@ -1,0 +1,51 @@
+import { type DynamicModule, Module } from '@nestjs/common';
+import { APP_GUARD } from '@nestjs/core';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { CreateIdempotencyRecords, IdempotencyModule } from '../src/index.js';
+import { ApiKeyGuard, type AuthenticatedRequest } from './auth/api-key.guard.js';
+import { Charge } from './charges/charge.entity.js';
+import { ChargesController } from './charges/charges.controller.js';
+import { ChargesService } from './charges/charges.service.js';
+import { HealthController } from './health.controller.js';
+import { CreateChargesAndRefunds1764633600001 } from './migrations/create-charges-and-refunds.migration.js';
+import { FakePaymentProvider, PAYMENT_PROVIDER } from './payment-provider.js';
+import { Refund } from './refunds/refund.entity.js';
+import { RefundsController } from './refunds/refunds.controller.js';
+import { RefundsService } from './refunds/refunds.service.js';
+import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
+
+export const SAMPLE_MIGRATIONS = [CreateIdempotencyRecords, CreateChargesAndRefunds1764633600001];
+
+@Module({})
+export class AppModule {
+  static forRoot(config: SampleConfig): DynamicModule {
+    return {
+      module: AppModule,
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: config.databaseUrl,
+          entities: [Charge, Refund],
+          migrations: SAMPLE_MIGRATIONS,
+          synchronize: false,
+          // Fail fast when the database is down, so requests get a 503 instead of hanging.
+          extra: { max: 20, connectionTimeoutMillis: 3000 },
+        }),
+        TypeOrmModule.forFeature([Charge]),
+        IdempotencyModule.forRoot({
+          ttlSeconds: config.ttlSeconds,
+          leaseSeconds: config.leaseSeconds,
+          accountResolver: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().account,
+        }),
+      ],
+      controllers: [ChargesController, RefundsController, HealthController],
+      providers: [
+        { provide: SAMPLE_CONFIG, useValue: config },
+        { provide: PAYMENT_PROVIDER, useClass: FakePaymentProvider },
+        { provide: APP_GUARD, useClass: ApiKeyGuard },
+        ChargesService,
+        RefundsService,
+      ],
+    };
+  }
+}

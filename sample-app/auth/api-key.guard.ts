@@ -1,0 +1,47 @@
+import { type CanActivate, type ExecutionContext, HttpStatus, Injectable, SetMetadata } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import type { Request } from 'express';
+import { ApiError } from '../api-errors.js';
+
+const API_KEY = /^sk_test_[A-Za-z0-9_]{1,64}$/;
+const PUBLIC_ROUTE = 'sample:public';
+
+/** Marks a route that needs no API key. */
+export const Public = () => SetMetadata(PUBLIC_ROUTE, true);
+
+export interface AuthenticatedRequest extends Request {
+  /** The account of the request: its API key. */
+  account: string;
+}
+
+/**
+ * `Authorization: Bearer <key>` or `X-API-Key: <key>` (Authorization wins when both are sent); every
+ * well-formed test key is its own account. Runs before interceptors, so a 401 never touches idempotency.
+ */
+@Injectable()
+export class ApiKeyGuard implements CanActivate {
+  constructor(private readonly reflector: Reflector) {}
+
+  canActivate(context: ExecutionContext): boolean {
+    if (this.reflector.getAllAndOverride<boolean>(PUBLIC_ROUTE, [context.getHandler(), context.getClass()])) return true;
+    const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
+    const key = apiKeyOf(request);
+    if (!key || !API_KEY.test(key)) {
+      throw new ApiError(
+        HttpStatus.UNAUTHORIZED,
+        'authentication_error',
+        'api_key_invalid',
+        'Send a valid API key as "Authorization: Bearer sk_test_..." or "X-API-Key: sk_test_...".',
+      );
+    }
+    request.account = key;
+    return true;
+  }
+}
+
+function apiKeyOf(request: Request): string | undefined {
+  const authorization = request.headers.authorization;
+  if (authorization !== undefined) return /^Bearer (\S+)$/i.exec(authorization)?.[1];
+  const apiKey = request.headers['x-api-key'];
+  return typeof apiKey === 'string' ? apiKey : undefined;
+}

@@ -1,0 +1,45 @@
+import { Column, CreateDateColumn, Entity, Index, PrimaryColumn } from 'typeorm';
+
+@Entity({ name: 'charges' })
+@Index('charges_account_created_idx', ['account', 'created'])
+export class Charge {
+  @PrimaryColumn({ type: 'text' })
+  id: string;
+
+  @Column({ type: 'text' })
+  account: string;
+
+  @Column({ type: 'integer' })
+  amount: number;
+
+  @Column({ type: 'varchar', length: 3 })
+  currency: string;
+
+  @Column({ type: 'text' })
+  status: string;
+
+  @Column({ type: 'text', nullable: true })
+  description: string | null;
+
+  @Column({ type: 'text', nullable: true })
+  source: string | null;
+
+  @Column({ name: 'amount_refunded', type: 'integer', default: 0 })
+  amountRefunded: number;
+
+  @CreateDateColumn({ type: 'timestamptz', default: () => 'clock_timestamp()' })
+  created: Date;
+}
+
+/** The public representation of a charge. */
+export function presentCharge(charge: Charge) {
+  return {
+    id: charge.id,
+    object: 'charge' as const,
+    amount: charge.amount,
+    currency: charge.currency,
+    status: charge.status,
+    description: charge.description,
+    created: Math.floor(charge.created.getTime() / 1000),
+  };
+}

@@ -1,0 +1,28 @@
+import 'reflect-metadata';
+import { fileURLToPath } from 'node:url';
+import { createSampleApp } from './create-sample-app.js';
+import { startEmbeddedDatabase } from './embedded-database.js';
+import { sampleConfigFromEnv } from './sample-config.js';
+
+/** `npm start`: the charges app on PORT, on DATABASE_URL or else on an embedded PostgreSQL. */
+async function main(): Promise<void> {
+  const embedded = process.env.DATABASE_URL
+    ? undefined
+    : await startEmbeddedDatabase(
+        fileURLToPath(new URL('../.data/postgres', import.meta.url)),
+        Number(process.env.EMBEDDED_POSTGRES_PORT ?? 54320),
+        true,
+      );
+  const config = sampleConfigFromEnv(process.env, process.env.DATABASE_URL ?? (embedded?.url as string));
+  const app = await createSampleApp(config);
+  app.enableShutdownHooks();
+  await app.listen(config.port);
+  const address = app.getHttpServer().address();
+  const port = typeof address === 'object' && address ? address.port : config.port;
+  console.log(`Charges sample app listening on port ${port} (database: ${embedded ? 'embedded PostgreSQL' : 'DATABASE_URL'})`);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
