@@ -1,0 +1,37 @@
+import { randomBytes } from 'node:crypto';
+import pg from 'pg';
+
+/** A database of its own for one test file, on the server of DATABASE_URL. */
+export interface TestDatabase {
+  url: string;
+  query<Row = Record<string, unknown>>(sql: string, params?: unknown[]): Promise<Row[]>;
+  drop(): Promise<void>;
+}
+
+export async function createTestDatabase(): Promise<TestDatabase> {
+  const serverUrl = process.env.DATABASE_URL;
+  if (!serverUrl) throw new Error('DATABASE_URL is not set: run the tests through jest, whose global setup sets it');
+  const name = `idempotency_test_${randomBytes(6).toString('hex')}`;
+  await withClient(serverUrl, (client) => client.query(`CREATE DATABASE ${name}`));
+  const url = new URL(serverUrl);
+  url.pathname = `/${name}`;
+  const pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
+  return {
+    url: url.toString(),
+    query: async <Row>(sql: string, params?: unknown[]) => (await pool.query(sql, params)).rows as Row[],
+    drop: async () => {
+      await pool.end();
+      await withClient(serverUrl, (client) => client.query(`DROP DATABASE ${name} WITH (FORCE)`));
+    },
+  };
+}
+
+async function withClient<T>(url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
+  const client = new pg.Client({ connectionString: url });
+  await client.connect();
+  try {
+    return await use(client);
+  } finally {
+    await client.end();
+  }
+}

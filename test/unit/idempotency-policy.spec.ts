@@ -1,0 +1,47 @@
+import { isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
+
+describe('resolvePolicy', () => {
+  it('documents its defaults', () => {
+    const policy = resolvePolicy({});
+    expect(policy).toMatchObject({
+      headerName: 'Idempotency-Key',
+      replayHeaderName: 'Idempotent-Replay',
+      required: true,
+      ttlSeconds: 86_400,
+      leaseSeconds: 60,
+      retryAfterSeconds: 2,
+      accountResolver: undefined,
+      maxStoredBodyBytes: 1_048_576,
+    });
+    expect(policy.fingerprint).toBe(sha256Fingerprint);
+    expect(policy.isFinalStatus).toBe(isFinalStatusByDefault);
+    expect([...policy.storedResponseHeaders]).toEqual(['content-type', 'location']);
+  });
+
+  it('lets route options override module options, and ignores the ones a route leaves undefined', () => {
+    const policy = resolvePolicy({ ttlSeconds: 100, leaseSeconds: 5, required: true }, { ttlSeconds: 7, required: false, leaseSeconds: undefined });
+    expect(policy).toMatchObject({ ttlSeconds: 7, leaseSeconds: 5, required: false });
+  });
+
+  it('stores listed headers, case-insensitively, but never Set-Cookie, Content-Length or hop-by-hop headers', () => {
+    const policy = resolvePolicy({
+      storedResponseHeaders: ['X-Request-Cost', 'Set-Cookie', 'Connection', 'Transfer-Encoding', 'Content-Length', 'Keep-Alive'],
+    });
+    expect([...policy.storedResponseHeaders]).toEqual(['content-type', 'location', 'x-request-cost']);
+  });
+
+  it.each(['ttlSeconds', 'leaseSeconds', 'retryAfterSeconds', 'maxStoredBodyBytes'] as const)('refuses a non-positive %s', (name) => {
+    expect(() => resolvePolicy({ [name]: 0 })).toThrow(RangeError);
+    expect(() => resolvePolicy({ [name]: Number.NaN })).toThrow(RangeError);
+  });
+});
+
+describe('isFinalStatusByDefault', () => {
+  it.each([200, 201, 204, 302, 402, 404, 409, 422])('stores %i', (status) => {
+    expect(isFinalStatusByDefault(status)).toBe(true);
+  });
+
+  it.each([400, 500, 502, 503])('releases %i', (status) => {
+    expect(isFinalStatusByDefault(status)).toBe(false);
+  });
+});
