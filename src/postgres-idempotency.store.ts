@@ -68,22 +68,19 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       SELECT false, fingerprint, status, response_status, response_headers, response_body
       FROM ${table}
       WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM claimed)`;
-    this.completeSql = `
+    this.completeSql = countingRows(`
       UPDATE ${table}
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
           completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
       WHERE ${scope} AND attempt = $4 AND status = 'in_progress'
-      RETURNING 1`;
-    this.releaseSql = `DELETE FROM ${table} WHERE ${scope} AND attempt = $4 AND status = 'in_progress' RETURNING 1`;
+      RETURNING 1`);
+    this.releaseSql = countingRows(`DELETE FROM ${table} WHERE ${scope} AND attempt = $4 AND status = 'in_progress' RETURNING 1`);
     // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
-    this.purgeSql = `
-      WITH purged AS (
-        DELETE FROM ${table}
-        WHERE ctid IN (SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
-          AND expires_at <= now()
-        RETURNING 1
-      )
-      SELECT count(*)::int AS purged FROM purged`;
+    this.purgeSql = countingRows(`
+      DELETE FROM ${table}
+      WHERE ctid IN (SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
+        AND expires_at <= now()
+      RETURNING 1`);
   }
 
   async claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult> {
@@ -107,7 +104,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number): Promise<boolean> {
     const { scope, attempt } = claim;
-    const rows: unknown[] = await this.dataSource.query(this.completeSql, [
+    const completed = await this.count(this.completeSql, [
       scope.account,
       scope.endpoint,
       scope.key,
@@ -117,19 +114,27 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       response.body,
       ttlSeconds,
     ]);
-    return rows.length === 1;
+    return completed === 1;
   }
 
   async release(claim: IdempotencyClaim): Promise<boolean> {
     const { scope, attempt } = claim;
-    const rows: unknown[] = await this.dataSource.query(this.releaseSql, [scope.account, scope.endpoint, scope.key, attempt]);
-    return rows.length === 1;
+    return (await this.count(this.releaseSql, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
   }
 
-  async purgeExpired(batchSize: number): Promise<number> {
-    const [{ purged }]: Array<{ purged: number }> = await this.dataSource.query(this.purgeSql, [batchSize]);
-    return purged;
+  purgeExpired(batchSize: number): Promise<number> {
+    return this.count(this.purgeSql, [batchSize]);
   }
+
+  private async count(sql: string, parameters: unknown[]): Promise<number> {
+    const [{ count }]: Array<{ count: number }> = await this.dataSource.query(sql, parameters);
+    return count;
+  }
+}
+
+/** Wraps a data-modifying statement so that it answers with the number of rows it changed. */
+function countingRows(statement: string): string {
+  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed`;
 }
 
 function toExistingRecord(row: ClaimRow): ExistingRecord {

@@ -1,0 +1,187 @@
+import { randomUUID } from 'node:crypto';
+import { DataSource } from 'typeorm';
+import {
+  createIdempotencyRecordsMigration,
+  CreateIdempotencyRecords,
+  type IdempotencyScope,
+  IdempotencyRecord,
+  PostgresIdempotencyStore,
+  type StoredResponse,
+} from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+const timing = { leaseSeconds: 60, ttlSeconds: 3600 };
+const response: StoredResponse = {
+  status: 201,
+  headers: { 'content-type': 'application/json; charset=utf-8', location: '/v1/charges/ch_1' },
+  body: Buffer.from([0x7b, 0x00, 0xff, 0x7d]),
+};
+
+let db: TestDatabase;
+let dataSource: DataSource;
+let store: PostgresIdempotencyStore;
+let counter = 0;
+
+function newScope(): IdempotencyScope {
+  counter += 1;
+  return { account: 'acct_1', endpoint: 'POST /v1/charges', key: `key-${counter}` };
+}
+
+async function recordOf(scope: IdempotencyScope) {
+  const [row] = await db.query(
+    'SELECT status, attempt, fingerprint, expires_at - completed_at AS ttl, locked_until > now() AS locked FROM idempotency_records WHERE account = $1 AND endpoint = $2 AND idempotency_key = $3',
+    [scope.account, scope.endpoint, scope.key],
+  );
+  return row;
+}
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [IdempotencyRecord], migrations: [CreateIdempotencyRecords] });
+  await dataSource.initialize();
+  await dataSource.runMigrations();
+  store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');
+});
+
+afterAll(async () => {
+  await dataSource?.destroy();
+  await db?.drop();
+});
+
+describe('claim', () => {
+  it('claims a new key and commits an in-progress record with a lease on the database clock', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await expect(store.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true });
+    await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', attempt, fingerprint: 'fp', locked: true });
+  });
+
+  it('lets exactly one of many concurrent claims win, and shows the others the in-progress record', async () => {
+    const scope = newScope();
+    const results = await Promise.all(Array.from({ length: 24 }, () => store.claim(scope, 'fp', randomUUID(), timing)));
+    expect(results.filter((result) => result.claimed)).toHaveLength(1);
+    for (const result of results.filter((r) => !r.claimed)) {
+      expect(result).toEqual({ claimed: false, existing: { status: 'in_progress', fingerprint: 'fp' } });
+    }
+  });
+
+  it('returns the completed record, byte for byte', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await store.claim(scope, 'fp', attempt, timing);
+    await expect(store.complete({ scope, attempt }, response, 3600)).resolves.toBe(true);
+    await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual({
+      claimed: false,
+      existing: { status: 'completed', fingerprint: 'fp', response },
+    });
+    await expect(recordOf(scope)).resolves.toMatchObject({ status: 'completed', ttl: { hours: 1 } });
+  });
+
+  it('isolates accounts and endpoints: the same key in another scope is a new claim', async () => {
+    const scope = newScope();
+    await store.claim(scope, 'fp', randomUUID(), timing);
+    await expect(store.claim({ ...scope, account: 'acct_2' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true });
+    await expect(store.claim({ ...scope, endpoint: 'POST /v1/refunds' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true });
+  });
+
+  it('lets exactly one of several takers win a lapsed lease, and fences the attempt that lost it', async () => {
+    const scope = newScope();
+    const first = randomUUID();
+    await store.claim(scope, 'fp', first, timing);
+    await db.query(`UPDATE idempotency_records SET locked_until = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+
+    const takers = Array.from({ length: 8 }, () => randomUUID());
+    const results = await Promise.all(takers.map((attempt) => store.claim(scope, 'fp', attempt, timing)));
+    expect(results.filter((result) => result.claimed)).toHaveLength(1);
+    const winner = takers[results.findIndex((result) => result.claimed)];
+
+    await expect(store.complete({ scope, attempt: first }, response, 3600)).resolves.toBe(false);
+    await expect(store.release({ scope, attempt: first })).resolves.toBe(false);
+    await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', attempt: winner });
+    await expect(store.complete({ scope, attempt: winner }, response, 3600)).resolves.toBe(true);
+  });
+
+  it('does not let a different request take over a lapsed lease', async () => {
+    const scope = newScope();
+    await store.claim(scope, 'fp', randomUUID(), timing);
+    await db.query(`UPDATE idempotency_records SET locked_until = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+    await expect(store.claim(scope, 'other', randomUUID(), timing)).resolves.toEqual({
+      claimed: false,
+      existing: { status: 'in_progress', fingerprint: 'fp' },
+    });
+  });
+
+  it('treats an expired record as absent: any request may claim it, and only one of several wins', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await store.claim(scope, 'fp', attempt, timing);
+    await store.complete({ scope, attempt }, response, 3600);
+    await db.query(`UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+
+    const results = await Promise.all(Array.from({ length: 8 }, () => store.claim(scope, 'a new request', randomUUID(), timing)));
+    expect(results.filter((result) => result.claimed)).toHaveLength(1);
+    await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', fingerprint: 'a new request' });
+  });
+});
+
+describe('complete and release', () => {
+  it('only the holder of the claim may complete or release it', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await store.claim(scope, 'fp', attempt, timing);
+    await expect(store.complete({ scope, attempt: randomUUID() }, response, 3600)).resolves.toBe(false);
+    await expect(store.release({ scope, attempt: randomUUID() })).resolves.toBe(false);
+    await expect(store.release({ scope, attempt })).resolves.toBe(true);
+    await expect(recordOf(scope)).resolves.toBeUndefined();
+  });
+
+  it('never releases a completed record', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await store.claim(scope, 'fp', attempt, timing);
+    await store.complete({ scope, attempt }, response, 3600);
+    await expect(store.release({ scope, attempt })).resolves.toBe(false);
+    await expect(recordOf(scope)).resolves.toMatchObject({ status: 'completed' });
+  });
+});
+
+describe('purgeExpired', () => {
+  it('deletes expired records in bounded batches and keeps live ones', async () => {
+    await db.query('DELETE FROM idempotency_records');
+    await db.query(`
+      INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
+      SELECT 'acct', 'POST /purge', 'expired-' || i, 'fp', 'completed', gen_random_uuid(), now(), now() - interval '1 minute'
+      FROM generate_series(1, 2500) AS i`);
+    const live = newScope();
+    await store.claim(live, 'fp', randomUUID(), timing);
+
+    await expect(store.purgeExpired(1000)).resolves.toBe(1000);
+    await expect(store.purgeExpired(1000)).resolves.toBe(1000);
+    await expect(store.purgeExpired(1000)).resolves.toBe(500);
+    await expect(store.purgeExpired(1000)).resolves.toBe(0);
+    await expect(db.query('SELECT count(*)::int AS n FROM idempotency_records')).resolves.toEqual([{ n: 1 }]);
+    await expect(recordOf(live)).resolves.toMatchObject({ status: 'in_progress' });
+  });
+});
+
+describe('schema', () => {
+  it('the migration creates exactly what the entity maps', async () => {
+    const pending = await dataSource.driver.createSchemaBuilder().log();
+    expect(pending.upQueries.map((query) => query.query)).toEqual([]);
+  });
+
+  it('works under a custom, schema-qualified table name', async () => {
+    await db.query('CREATE SCHEMA billing');
+    const Migration = createIdempotencyRecordsMigration('billing.idem_keys');
+    const runner = dataSource.createQueryRunner();
+    await new Migration().up(runner);
+    await runner.release();
+    const custom = new PostgresIdempotencyStore(dataSource, 'billing.idem_keys');
+    const scope = newScope();
+    const attempt = randomUUID();
+    await expect(custom.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true });
+    await expect(custom.complete({ scope, attempt }, response, 60)).resolves.toBe(true);
+    await expect(db.query('SELECT count(*)::int AS n FROM billing.idem_keys')).resolves.toEqual([{ n: 1 }]);
+    await expect(recordOf(scope)).resolves.toBeUndefined();
+  });
+});
