@@ -8,7 +8,7 @@ import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
 import { HealthController } from './health.controller.js';
 import { CreateChargesAndRefunds1764633600001 } from './migrations/create-charges-and-refunds.migration.js';
-import { FakePaymentProvider, PAYMENT_PROVIDER } from './payment-provider.js';
+import { FakePaymentProvider, PAYMENT_PROVIDER, type PaymentProvider } from './payment-provider.js';
 import { Refund } from './refunds/refund.entity.js';
 import { RefundsController } from './refunds/refunds.controller.js';
 import { RefundsService } from './refunds/refunds.service.js';
@@ -18,7 +18,8 @@ export const SAMPLE_MIGRATIONS = [CreateIdempotencyRecords, CreateChargesAndRefu
 
 @Module({})
 export class AppModule {
-  static forRoot(config: SampleConfig): DynamicModule {
+  /** `paymentProvider` replaces the fake provider (whose latency is `config.providerDelayMs`). */
+  static forRoot(config: SampleConfig, paymentProvider?: PaymentProvider): DynamicModule {
     return {
       module: AppModule,
       imports: [
@@ -41,7 +42,9 @@ export class AppModule {
       controllers: [ChargesController, RefundsController, HealthController],
       providers: [
         { provide: SAMPLE_CONFIG, useValue: config },
-        { provide: PAYMENT_PROVIDER, useClass: FakePaymentProvider },
+        paymentProvider
+          ? { provide: PAYMENT_PROVIDER, useValue: paymentProvider }
+          : { provide: PAYMENT_PROVIDER, useClass: FakePaymentProvider },
         { provide: APP_GUARD, useClass: ApiKeyGuard },
         ChargesService,
         RefundsService,

@@ -1,0 +1,43 @@
+import { randomUUID } from 'node:crypto';
+import request from 'supertest';
+import type { PaymentProvider } from '../../sample-app/payment-provider.js';
+import { postCharge, startSampleApp } from '../support/sample-app.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+/** Counts the charges that reach the provider: none may while no claim can be made. */
+class CountingPaymentProvider implements PaymentProvider {
+  calls = 0;
+  async charge(): Promise<void> {
+    this.calls += 1;
+  }
+}
+
+let db: TestDatabase;
+let app: Awaited<ReturnType<typeof startSampleApp>>;
+const provider = new CountingPaymentProvider();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  app = await startSampleApp({ databaseUrl: db.url }, { paymentProvider: provider, logger: false });
+  await postCharge(app.url, { amount: 100, currency: 'eur' }, randomUUID()).expect(201);
+  expect(provider.calls).toBe(1);
+  // The database disappears under the running app.
+  await db.drop();
+});
+
+afterAll(async () => {
+  await app?.close();
+});
+
+describe('when the database is gone', () => {
+  it('refuses an idempotent request with 503 idempotency_store_unavailable and Retry-After, never running the handler', async () => {
+    const response = await postCharge(app.url, { amount: 100, currency: 'eur' }, randomUUID()).expect(503);
+    expect(response.headers['retry-after']).toBe('2');
+    expect(response.body).toMatchObject({ statusCode: 503, error: 'idempotency_store_unavailable' });
+    expect(provider.calls).toBe(1);
+  });
+
+  it('reports itself unhealthy', async () => {
+    await request(app.url).get('/health').expect(503);
+  });
+});

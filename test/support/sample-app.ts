@@ -1,0 +1,74 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { fileURLToPath } from 'node:url';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import request from 'supertest';
+import { createSampleApp, type SampleAppOptions } from '../../sample-app/create-sample-app.js';
+import type { SampleConfig } from '../../sample-app/sample-config.js';
+
+export interface RunningApp {
+  url: string;
+  close(): Promise<void>;
+}
+
+export const ALICE = 'sk_test_alice';
+export const BOB = 'sk_test_bob';
+
+/** The sample app in this process, listening on a free loopback port. */
+export async function startSampleApp(
+  config: Partial<SampleConfig> & Pick<SampleConfig, 'databaseUrl'>,
+  options: SampleAppOptions = {},
+): Promise<RunningApp & { app: NestExpressApplication }> {
+  const app = await createSampleApp(
+    { port: 0, ttlSeconds: 86_400, leaseSeconds: 60, providerDelayMs: 0, ...config },
+    { logger: ['error'], ...options },
+  );
+  await app.listen(0, '127.0.0.1');
+  return { app, url: await app.getUrl(), close: () => app.close() };
+}
+
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+/** The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL). */
+export async function spawnSampleApp(env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
+  const child = spawn(process.execPath, ['--import', './scripts/register-ts.mjs', 'sample-app/main.ts'], {
+    cwd: ROOT,
+    env: { ...process.env, NODE_OPTIONS: '', PORT: '0', ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let output = '';
+  const port = await new Promise<number>((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`The sample app did not start within 30 s:\n${output}`)), 30_000);
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString();
+      const match = /listening on port (\d+)/.exec(output);
+      if (match) {
+        clearTimeout(timer);
+        resolve(Number(match[1]));
+      }
+    };
+    child.stdout.on('data', onData);
+    child.stderr.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`The sample app exited with ${code} before listening:\n${output}`));
+    });
+  });
+  return {
+    child,
+    url: `http://127.0.0.1:${port}`,
+    close: async () => {
+      if (child.exitCode !== null || child.signalCode !== null) return;
+      const exited = once(child, 'exit');
+      child.kill('SIGKILL');
+      await exited;
+    },
+  };
+}
+
+/** `POST /v1/charges` as `apiKey`, with `key` as Idempotency-Key when given. */
+export function postCharge(url: string, body: object | string, key?: string, apiKey = ALICE) {
+  const test = request(url).post('/v1/charges').set('X-API-Key', apiKey);
+  if (key !== undefined) test.set('Idempotency-Key', key);
+  return typeof body === 'string' ? test.type('form').send(body) : test.send(body);
+}
