@@ -1,0 +1,77 @@
+import { randomUUID } from 'node:crypto';
+import { type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+const body = JSON.stringify({ amount: 500, currency: 'eur' });
+
+/** Sends `count` requests at once with one key, each over its own connection, spread over `urls`. */
+async function burst(urls: string[], count: number, key: string, apiKey: string) {
+  return Promise.all(
+    Array.from({ length: count }, async (_, i) => {
+      const response = await fetch(`${urls[i % urls.length]}/v1/charges`, {
+        method: 'POST',
+        headers: { 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'Idempotency-Key': key, Connection: 'close' },
+        body,
+      });
+      return { status: response.status, replay: response.headers.get('idempotent-replay'), body: await response.json() };
+    }),
+  );
+}
+
+let db: TestDatabase;
+const apps: RunningApp[] = [];
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+
+afterAll(async () => {
+  await Promise.all(apps.map((app) => app.close()));
+  await db?.drop();
+});
+
+async function expectExactlyOneCharge(results: Awaited<ReturnType<typeof burst>>, apiKey: string) {
+  const statuses = results.map((result) => result.status);
+  expect(statuses.filter((status) => status >= 500)).toEqual([]);
+  expect(statuses.every((status) => status === 201 || status === 409)).toBe(true);
+  const firstRuns = results.filter((result) => result.status === 201 && result.replay === null);
+  expect(firstRuns).toHaveLength(1);
+  const charges = await db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [apiKey]);
+  expect(charges).toEqual([{ id: firstRuns[0].body.id }]);
+  for (const replay of results.filter((result) => result.status === 201 && result.replay === 'true')) {
+    expect(replay.body.id).toBe(firstRuns[0].body.id);
+  }
+  for (const conflict of results.filter((result) => result.status === 409)) {
+    expect(conflict.body.error).toBe('request_in_progress');
+  }
+}
+
+describe('concurrent attempts with one key (the seed\'s third test)', () => {
+  let url: string;
+
+  beforeAll(async () => {
+    const app = await startSampleApp({ databaseUrl: db.url, providerDelayMs: 50 });
+    apps.push(app);
+    url = app.url;
+  });
+
+  it.each([8, 64])('%i concurrent requests make exactly one charge; the others are 201 replays or 409s', async (count) => {
+    const apiKey = `sk_test_burst_${count}`;
+    const results = await burst([url], count, randomUUID(), apiKey);
+    await expectExactlyOneCharge(results, apiKey);
+  });
+
+  it('64 concurrent requests across two instances of the app sharing one database make exactly one charge', async () => {
+    const env = { DATABASE_URL: db.url, PROVIDER_DELAY_MS: '50' };
+    const instances = await Promise.all([spawnSampleApp(env), spawnSampleApp(env)]);
+    apps.push(...instances);
+    const apiKey = 'sk_test_two_instances';
+    const results = await burst(
+      instances.map((instance) => instance.url),
+      64,
+      randomUUID(),
+      apiKey,
+    );
+    await expectExactlyOneCharge(results, apiKey);
+  });
+});
