@@ -7,7 +7,7 @@ import {
   Logger,
   type NestInterceptor,
 } from '@nestjs/common';
-import { ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
+import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { Reflector } from '@nestjs/core';
 import { type Observable, of } from 'rxjs';
@@ -124,12 +124,13 @@ async function accountOf(context: ExecutionContext, policy: IdempotencyPolicy): 
 
 /** SSE routes and routes that take `@Res()`/`@Next()` without passthrough write their response themselves. */
 function writesItsOwnResponse(context: ExecutionContext): boolean {
-  const handler = context.getHandler();
+  const [handler, controller] = [context.getHandler(), context.getClass()];
   if (Reflect.getMetadata(SSE_METADATA, handler)) return true;
-  const args: Record<string, { data?: { passthrough?: boolean } }> =
-    Reflect.getMetadata(ROUTE_ARGS_METADATA, context.getClass(), handler.name) ?? {};
-  return Object.entries(args).some(([key, arg]) => {
+  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
+  const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {};
+  const takesResponse = Object.keys(args).some((key) => {
     const type = Number(key.split(':')[0]);
-    return (type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT) && !arg.data?.passthrough;
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
+  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, handler.name);
 }

@@ -1,0 +1,248 @@
+import { randomUUID } from 'node:crypto';
+import {
+  ConsoleLogger,
+  Controller,
+  Delete,
+  Header,
+  HttpCode,
+  HttpException,
+  type INestApplication,
+  Post,
+  Put,
+  Res,
+  StreamableFile,
+} from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import type { Response } from 'express';
+import request from 'supertest';
+import { CreateIdempotencyRecords, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+/** Every route answers with how many times its handler ran, so a replay shows the first run's number. */
+@Controller('shapes')
+@Idempotent()
+class ShapesController {
+  private readonly runs = new Map<string, number>();
+
+  private run(route: string): number {
+    const run = (this.runs.get(route) ?? 0) + 1;
+    this.runs.set(route, run);
+    return run;
+  }
+
+  @Post('http-code')
+  @HttpCode(200)
+  @Header('X-Custom', 'from-decorator')
+  httpCode() {
+    return { run: this.run('http-code') };
+  }
+
+  @Post('passthrough')
+  passthrough(@Res({ passthrough: true }) res: Response) {
+    const run = this.run('passthrough');
+    res.status(202);
+    res.setHeader('Location', `/things/${run}`);
+    res.setHeader('X-Custom', `run ${run}`);
+    res.setHeader('X-Not-Stored', `run ${run}`);
+    res.setHeader('Set-Cookie', 'session=secret');
+    return { run };
+  }
+
+  @Post('thrown')
+  thrown() {
+    throw new HttpException({ reason: 'gone', run: this.run('thrown') }, 410);
+  }
+
+  @Put('text')
+  text() {
+    return `plain text, run ${this.run('text')}`;
+  }
+
+  @Post('empty')
+  @HttpCode(204)
+  empty() {
+    this.run('empty');
+  }
+
+  @Post('stream')
+  stream() {
+    return new StreamableFile(Buffer.from(`streamed, run ${this.run('stream')}`));
+  }
+
+  @Post('own-response')
+  ownResponse(@Res() res: Response) {
+    res.status(200).json({ run: this.run('own-response') });
+  }
+
+  @Post('large')
+  large() {
+    return { run: this.run('large'), padding: 'x'.repeat(2000) };
+  }
+
+  @Post('crash')
+  crash() {
+    throw new Error(`unexpected failure, run ${this.run('crash')}`);
+  }
+
+  @Post('count')
+  count() {
+    return { run: this.run('count') };
+  }
+
+  @Delete('count')
+  remove() {
+    return { run: this.run('count') };
+  }
+
+  runsOf(route: string): number {
+    return this.runs.get(route) ?? 0;
+  }
+}
+
+class RecordingLogger extends ConsoleLogger {
+  readonly warnings: string[] = [];
+  override warn(message: unknown, ...rest: unknown[]): void {
+    this.warnings.push([message, ...rest].map(String).join(' '));
+  }
+  override log(): void {}
+  override error(): void {}
+}
+
+let db: TestDatabase;
+let app: INestApplication;
+let url: string;
+let controller: ShapesController;
+const logger = new RecordingLogger();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      IdempotencyModule.forRoot({
+        headerName: 'X-Idempotency-Key',
+        replayHeaderName: 'Idempotent-Replayed',
+        storedResponseHeaders: ['X-Custom', 'Set-Cookie'],
+        maxStoredBodyBytes: 1024,
+      }),
+    ],
+    controllers: [ShapesController],
+  }).compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
+  await app.listen(0, '127.0.0.1');
+  url = await app.getUrl();
+  controller = app.get(ShapesController);
+});
+
+afterAll(async () => {
+  await app?.close();
+  await db?.drop();
+});
+
+const send = (method: 'post' | 'put' | 'delete', path: string, key: string) =>
+  request(url)[method](`/shapes/${path}`).set('X-Idempotency-Key', key).send({ n: 1 });
+const recordCount = async (key: string) =>
+  (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [key]))[0].n;
+
+describe('responses that are stored and replayed exactly', () => {
+  it('@HttpCode and @Header: the status and the headers replay', async () => {
+    const key = randomUUID();
+    const first = await send('post', 'http-code', key).expect(200);
+    expect(first.headers['x-custom']).toBe('from-decorator');
+    expect(first.headers['idempotent-replayed']).toBeUndefined();
+    const replay = await send('post', 'http-code', key).expect(200);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.headers['x-custom']).toBe('from-decorator');
+    expect(replay.text).toBe(first.text);
+    expect(controller.runsOf('http-code')).toBe(1);
+  });
+
+  it('passthrough res.status and res.setHeader: status, Location and allow-listed headers replay; others and Set-Cookie never do', async () => {
+    const key = randomUUID();
+    const first = await send('post', 'passthrough', key).expect(202);
+    expect(first.headers['set-cookie']).toEqual(['session=secret']);
+    expect(first.headers['x-not-stored']).toBe('run 1');
+    const replay = await send('post', 'passthrough', key).expect(202);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.headers.location).toBe('/things/1');
+    expect(replay.headers['x-custom']).toBe('run 1');
+    expect(replay.headers['x-not-stored']).toBeUndefined();
+    expect(replay.headers['set-cookie']).toBeUndefined();
+    expect(replay.text).toBe(first.text);
+    expect(controller.runsOf('passthrough')).toBe(1);
+  });
+
+  it('a thrown HttpException (410) is a final outcome: replayed with its body', async () => {
+    const key = randomUUID();
+    const first = await send('post', 'thrown', key).expect(410);
+    expect(first.body).toEqual({ reason: 'gone', run: 1 });
+    const replay = await send('post', 'thrown', key).expect(410);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(first.text);
+  });
+
+  it('a text body from PUT replays with its content type', async () => {
+    const key = randomUUID();
+    const first = await send('put', 'text', key).expect(200);
+    const replay = await send('put', 'text', key).expect(200);
+    expect(replay.text).toBe('plain text, run 1');
+    expect(replay.text).toBe(first.text);
+    expect(replay.headers['content-type']).toBe(first.headers['content-type']);
+  });
+
+  it('an empty 204 replays empty', async () => {
+    const key = randomUUID();
+    await send('post', 'empty', key).expect(204);
+    const replay = await send('post', 'empty', key).expect(204);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe('');
+    expect(controller.runsOf('empty')).toBe(1);
+  });
+});
+
+describe('responses that are not stored: the claim is released and a retry runs again', () => {
+  it.each([
+    ['a StreamableFile', 'stream', 201],
+    ['a response written through @Res() without passthrough', 'own-response', 200],
+    ['a body over maxStoredBodyBytes', 'large', 201],
+  ])('%s', async (_case, route, status) => {
+    const key = randomUUID();
+    await send('post', route, key).expect(status);
+    expect(await recordCount(key)).toBe(0);
+    const retry = await send('post', route, key);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    expect(controller.runsOf(route)).toBe(2);
+    await send('post', route, randomUUID());
+    const warnings = logger.warnings.filter((warning) => warning.includes(`POST /shapes/${route}`));
+    expect(warnings).toHaveLength(1);
+  });
+
+  it('an unexpected error (500) releases the claim', async () => {
+    const key = randomUUID();
+    await send('post', 'crash', key).expect(500);
+    expect(await recordCount(key)).toBe(0);
+    await send('post', 'crash', key).expect(500);
+    expect(controller.runsOf('crash')).toBe(2);
+  });
+});
+
+describe('module options', () => {
+  it('reads the key from the configured header only', async () => {
+    const response = await request(url).post('/shapes/count').set('Idempotency-Key', randomUUID()).send({}).expect(400);
+    expect(response.body).toMatchObject({ error: 'idempotency_key_required', message: expect.stringContaining('X-Idempotency-Key') });
+  });
+
+  it('lets DELETE through untouched even with a key', async () => {
+    const key = randomUUID();
+    const before = controller.runsOf('count');
+    await send('delete', 'count', key).expect(200);
+    await send('delete', 'count', key).expect(200);
+    expect(controller.runsOf('count')).toBe(before + 2);
+    expect(await recordCount(key)).toBe(0);
+  });
+
+  it('warns once at start-up that keys are scoped per endpoint when no accountResolver is configured', () => {
+    expect(logger.warnings.filter((warning) => warning.includes('No accountResolver'))).toHaveLength(1);
+  });
+});
