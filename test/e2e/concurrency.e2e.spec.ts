@@ -13,7 +13,8 @@ async function burst(urls: string[], count: number, key: string, apiKey: string)
         headers: { 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'Idempotency-Key': key, Connection: 'close' },
         body,
       });
-      return { status: response.status, replay: response.headers.get('idempotent-replay'), body: await response.json() };
+      const json = (await response.json()) as { id?: string; error?: string };
+      return { status: response.status, replay: response.headers.get('idempotent-replay'), body: json };
     }),
   );
 }
