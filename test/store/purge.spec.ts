@@ -1,0 +1,73 @@
+import { type INestApplicationContext, Module } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { CreateIdempotencyRecords, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+let db: TestDatabase;
+const contexts: INestApplicationContext[] = [];
+
+const PURGE_SETTINGS = 'PURGE_SETTINGS';
+
+async function startModule(options: IdempotencyModuleOptions): Promise<IdempotencyService> {
+  @Module({ providers: [{ provide: PURGE_SETTINGS, useValue: options }], exports: [PURGE_SETTINGS] })
+  class SettingsModule {}
+
+  // forRootAsync on a named data source: options come from an injected provider of an imported module.
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({ name: 'records', type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      IdempotencyModule.forRootAsync({
+        dataSource: 'records',
+        imports: [SettingsModule],
+        inject: [PURGE_SETTINGS],
+        useFactory: (settings: IdempotencyModuleOptions) => ({ accountResolver: () => 'acct', ...settings }),
+      }),
+    ],
+  }).compile();
+  contexts.push(await moduleRef.init());
+  return moduleRef.get(IdempotencyService);
+}
+
+async function insertRecords(count: number, expiresIn: string): Promise<void> {
+  await db.query(
+    `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
+     SELECT 'acct', 'POST /purge', md5(random()::text), 'fp', 'completed', gen_random_uuid(), now(), now() + $1::interval
+     FROM generate_series(1, $2::int)`,
+    [expiresIn, count],
+  );
+}
+
+const remaining = async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+
+afterAll(async () => {
+  for (const context of contexts) await context.close();
+  await db?.drop();
+});
+
+describe('IdempotencyService.purgeExpired', () => {
+  it('deletes every expired record, batch after batch, and keeps live ones', async () => {
+    const service = await startModule({ purgeBatchSize: 10 });
+    await insertRecords(25, '-1 minute');
+    await insertRecords(3, '1 hour');
+    await expect(service.purgeExpired()).resolves.toBe(25);
+    expect(await remaining()).toBe(3);
+  });
+});
+
+describe('purgeIntervalSeconds', () => {
+  it('purges on a timer that does not keep the process alive', async () => {
+    await db.query('DELETE FROM idempotency_records');
+    const service = await startModule({ purgeIntervalSeconds: 0.1, purgeBatchSize: 7 });
+    const timer = (service as unknown as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
+    expect(timer?.hasRef()).toBe(false);
+    await insertRecords(20, '-1 minute');
+    await insertRecords(2, '1 hour');
+    await waitFor(async () => ((await remaining()) === 2 ? true : undefined), 'the timer to purge the expired records');
+  });
+});
