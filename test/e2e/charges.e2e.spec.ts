@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
-import { ALICE, BOB, postCharge, startSampleApp } from '../support/sample-app.js';
+import { ALICE, BOB, post, postCharge, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import type { PaymentProvider } from '../../sample-app/payment-provider.js';
 import { FakePaymentProvider } from '../../sample-app/payment-provider.js';
@@ -142,7 +142,7 @@ describe('keys that are missing or malformed', () => {
   });
 
   it('refuses a refund without a key too', async () => {
-    const response = await request(app.url).post('/v1/refunds').set('X-API-Key', ALICE).send({ charge: 'ch_x' }).expect(400);
+    const response = await post(app.url, '/v1/refunds', { charge: 'ch_x' }).expect(400);
     expect(response.body.error).toBe('idempotency_key_required');
   });
 });
@@ -164,21 +164,11 @@ describe('scopes', () => {
   it('isolates endpoints: one key on charges and refunds runs both', async () => {
     const key = randomUUID();
     const created = await postCharge(app.url, charge, key).expect(201);
-    const refund = await request(app.url)
-      .post('/v1/refunds')
-      .set('X-API-Key', ALICE)
-      .set('Idempotency-Key', key)
-      .send({ charge: created.body.id, amount: 200 })
-      .expect(201);
+    const refund = await post(app.url, '/v1/refunds', { charge: created.body.id, amount: 200 }, key).expect(201);
     expect(refund.body).toEqual({ id: expect.stringMatching(/^re_/), object: 'refund', charge: created.body.id, amount: 200 });
     expect(refund.headers['idempotent-replay']).toBeUndefined();
 
-    const replay = await request(app.url)
-      .post('/v1/refunds')
-      .set('X-API-Key', ALICE)
-      .set('Idempotency-Key', key)
-      .send({ charge: created.body.id, amount: 200 })
-      .expect(201);
+    const replay = await post(app.url, '/v1/refunds', { charge: created.body.id, amount: 200 }, key).expect(201);
     expect(replay.body.id).toBe(refund.body.id);
     await expect(db.query('SELECT amount_refunded FROM charges WHERE id = $1', [created.body.id])).resolves.toEqual([{ amount_refunded: 200 }]);
   });
@@ -283,6 +273,21 @@ describe('TTL', () => {
     const after = await postCharge(app.url, charge, key).expect(201);
     expect(after.headers['idempotent-replay']).toBeUndefined();
     expect(after.body.id).not.toBe(first.body.id);
+  });
+});
+
+describe('refunds', () => {
+  it('refund what is left by default, never more, and never another account\'s charge', async () => {
+    const id = (await postCharge(app.url, { amount: 1000, currency: 'eur' }, randomUUID()).expect(201)).body.id;
+    await post(app.url, '/v1/refunds', { charge: id }, randomUUID(), BOB).expect(400);
+    await post(app.url, '/v1/refunds', { charge: id, amount: 1001 }, randomUUID()).expect(400);
+    const partial = await post(app.url, '/v1/refunds', { charge: id, amount: 300 }, randomUUID()).expect(201);
+    expect(partial.body.amount).toBe(300);
+    const rest = await post(app.url, '/v1/refunds', { charge: id }, randomUUID()).expect(201);
+    expect(rest.body.amount).toBe(700);
+    const nothingLeft = await post(app.url, '/v1/refunds', { charge: id }, randomUUID()).expect(400);
+    expect(nothingLeft.body.error.type).toBe('invalid_request_error');
+    await expect(db.query('SELECT sum(amount)::int AS total FROM refunds WHERE charge_id = $1', [id])).resolves.toEqual([{ total: 1000 }]);
   });
 });
 

@@ -66,9 +66,12 @@ export async function spawnSampleApp(env: Record<string, string>): Promise<Runni
   };
 }
 
-/** `POST /v1/charges` as `apiKey`, with `key` as Idempotency-Key when given. */
-export function postCharge(url: string, body: object | string, key?: string, apiKey = ALICE) {
-  const test = request(url).post('/v1/charges').set('X-API-Key', apiKey);
+/** A POST as `apiKey`, with `key` as Idempotency-Key when given; a string body is sent form-encoded. */
+export function post(url: string, path: string, body: object | string, key?: string, apiKey = ALICE) {
+  const test = request(url).post(path).set('X-API-Key', apiKey);
   if (key !== undefined) test.set('Idempotency-Key', key);
   return typeof body === 'string' ? test.type('form').send(body) : test.send(body);
 }
+
+export const postCharge = (url: string, body: object | string, key?: string, apiKey = ALICE) =>
+  post(url, '/v1/charges', body, key, apiKey);
