@@ -6,11 +6,19 @@ import {
   Injectable,
   Logger,
   type NestInterceptor,
+  StreamableFile,
+  type Type,
 } from '@nestjs/common';
-import { RESPONSE_PASSTHROUGH_METADATA, ROUTE_ARGS_METADATA, SSE_METADATA } from '@nestjs/common/constants.js';
+import {
+  REDIRECT_METADATA,
+  RENDER_METADATA,
+  RESPONSE_PASSTHROUGH_METADATA,
+  ROUTE_ARGS_METADATA,
+  SSE_METADATA,
+} from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
-import { Reflector } from '@nestjs/core';
-import { type Observable, of } from 'rxjs';
+import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { isObservable, type Observable, of, ReplaySubject } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
@@ -26,7 +34,7 @@ import { parseIdempotencyKey } from './idempotency-key.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import { IdempotencyService } from './idempotency.service.js';
-import { captureResponse } from './response-capture.js';
+import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 interface RoutePlan {
@@ -35,17 +43,20 @@ interface RoutePlan {
 }
 
 /**
- * The HTTP edge of the protocol, registered app-wide: reads the key, scope and fingerprint of requests to
- * `@Idempotent()` routes, lets `IdempotencyService` decide, and replays or captures the response.
+ * The HTTP edge of the protocol, registered app-wide (Express platform): reads the key, scope and
+ * fingerprint of requests to `@Idempotent()` routes, lets `IdempotencyService` decide, and replays or
+ * captures the response.
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
   private readonly logger = new Logger('Idempotency');
-  private readonly plans = new WeakMap<object, RoutePlan | null>();
+  /** Per controller class, then per handler: an inherited handler is shared by the classes that inherit it. */
+  private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
   private readonly warnedEndpoints = new Set<string>();
 
   constructor(
     private readonly reflector: Reflector,
+    private readonly adapterHost: HttpAdapterHost,
     private readonly idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
   ) {}
@@ -74,34 +85,92 @@ export class IdempotencyInterceptor implements NestInterceptor {
     });
     if (decision.action === 'replay') return of(replayResponse(response, decision.response, policy.replayHeaderName));
 
-    const captureOptions = { storable: plan.storable, maxBodyBytes: policy.maxStoredBodyBytes, storedHeaders: policy.storedResponseHeaders };
-    captureResponse(response, captureOptions, async (sent) => {
-      if (!sent.storable) this.warnOnce(scope.endpoint, sent.reason);
+    let finished = false;
+    const finish = async (sent: SentResponse | undefined) => {
+      if (finished) return;
+      finished = true;
+      if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
       try {
-        await this.idempotency.finish(decision.claim, sent.storable ? sent.response : undefined, policy);
+        await this.idempotency.finish(decision.claim, sent?.storable ? sent.response : undefined, policy);
       } catch (error) {
         this.logger.error(
           `Finalizing key ${JSON.stringify(key)} of ${scope.endpoint} failed: the response is sent, and the key ` +
             `stays in progress until its lease lapses. ${error}`,
         );
       }
-    });
+    };
+    const capture = captureResponse(
+      response,
+      { storable: plan.storable, maxBodyBytes: policy.maxStoredBodyBytes, storedHeaders: policy.storedResponseHeaders },
+      finish,
+    );
+    if (plan.storable) return this.runToCompletion(next, response, capture, finish);
+    // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
+    response.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
     return next.handle();
   }
 
+  /**
+   * Runs the handler to its end even when the client leaves. Nest tears down a handler's Observable on a
+   * disconnect and then sends nothing, which would leave the claim neither stored nor released while the
+   * handler's work may be done. Here the handler keeps running; if the client left and nothing was written
+   * once it is done, its value is written to the closed response (so that it is captured and stored), or,
+   * when it cannot be (an error, a stream), the claim is released.
+   */
+  private runToCompletion(
+    next: CallHandler,
+    response: ServerResponse,
+    capture: ResponseCapture,
+    finish: (sent: undefined) => Promise<void>,
+  ): Observable<unknown> {
+    let clientLeft = false;
+    response.once('close', () => {
+      clientLeft = !capture.ended;
+    });
+    // Nest writes the response a few microtasks after the handler is done; past them, it is not going to.
+    const unlessNestResponds = (act: () => void) =>
+      setImmediate(() => {
+        if (clientLeft && !capture.ended) act();
+      });
+    const outcome = new ReplaySubject<unknown>(1);
+    let last: unknown;
+    next.handle().subscribe({
+      next: (value) => {
+        last = value;
+        outcome.next(value);
+      },
+      error: (error: unknown) => {
+        outcome.error(error);
+        unlessNestResponds(() => void finish(undefined));
+      },
+      complete: () => {
+        outcome.complete();
+        unlessNestResponds(() =>
+          isSerializableBody(last) ? this.adapterHost.httpAdapter.reply(response, last) : void finish(undefined),
+        );
+      },
+    });
+    return outcome.asObservable();
+  }
+
   private planFor(context: ExecutionContext): RoutePlan | null {
-    const handler = context.getHandler();
-    let plan = this.plans.get(handler);
+    const [controller, handler] = [context.getClass(), context.getHandler()];
+    let plans = this.plans.get(controller);
+    if (!plans) this.plans.set(controller, (plans = new WeakMap()));
+    let plan = plans.get(handler);
     if (plan === undefined) {
       const [methodOptions, classOptions] = this.reflector.getAll<(IdempotentOptions | undefined)[]>(IDEMPOTENT_METADATA, [
         handler,
-        context.getClass(),
+        controller,
       ]);
       plan =
         methodOptions || classOptions
-          ? { policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }), storable: !writesItsOwnResponse(context) }
+          ? {
+              policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
+              storable: !writesItsOwnResponse(controller, handler),
+            }
           : null;
-      this.plans.set(handler, plan);
+      plans.set(handler, plan);
     }
     return plan;
   }
@@ -115,22 +184,48 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
 async function accountOf(context: ExecutionContext, policy: IdempotencyPolicy): Promise<string> {
   if (!policy.accountResolver) return '';
-  const account = await policy.accountResolver(context);
-  if (typeof account !== 'string' || account.length === 0) {
+  const account: unknown = await policy.accountResolver(context);
+  if ((typeof account !== 'string' && typeof account !== 'number') || account === '') {
     throw new Error('The idempotency accountResolver returned no account: authenticate the request before it runs.');
   }
-  return account;
+  return String(account);
 }
 
-/** SSE routes and routes that take `@Res()`/`@Next()` without passthrough write their response themselves. */
-function writesItsOwnResponse(context: ExecutionContext): boolean {
-  const [handler, controller] = [context.getHandler(), context.getClass()];
-  if (Reflect.getMetadata(SSE_METADATA, handler)) return true;
-  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
-  const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, handler.name) ?? {};
+/**
+ * Routes whose response Nest does not send from the handler's value: SSE, `@Redirect()`, `@Render()`, and
+ * routes that take `@Res()`/`@Next()` without passthrough. Their responses are not stored, since a replay
+ * could not be sent the way they send.
+ */
+function writesItsOwnResponse(controller: Type, handler: object): boolean {
+  if ([SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)) {
+    return true;
+  }
+  // Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`.
+  const methodName = methodNameOf(controller, handler);
+  if (methodName === undefined) return true;
+  const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {};
   const takesResponse = Object.keys(args).some((key) => {
     const type = Number(key.split(':')[0]);
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
-  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, handler.name);
+  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
+  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName);
+}
+
+function methodNameOf(controller: Type, handler: object): string | undefined {
+  for (let proto = controller.prototype; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
+    const name = Object.getOwnPropertyNames(proto).find((key) => Object.getOwnPropertyDescriptor(proto, key)?.value === handler);
+    if (name !== undefined) return name;
+  }
+  return undefined;
+}
+
+/** Values Nest sends as JSON or text, which can therefore be sent to a closed response and captured. */
+function isSerializableBody(value: unknown): boolean {
+  if (typeof value === 'function' || typeof value === 'symbol') return false;
+  if (value === null || typeof value !== 'object') return true;
+  if (value instanceof StreamableFile || isObservable(value) || value instanceof Response || value instanceof ReadableStream) {
+    return false;
+  }
+  return typeof (value as { pipe?: unknown }).pipe !== 'function' && !(Symbol.asyncIterator in value);
 }

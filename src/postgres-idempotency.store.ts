@@ -27,8 +27,10 @@ interface ClaimRow {
 }
 
 /**
- * A claim whose conflicting row was committed after this statement took its snapshot sees neither a
- * claimed nor an existing row; running the statement again (with a new snapshot) resolves it.
+ * The claim's upsert sees the latest committed version of a conflicting row, but the read of the existing
+ * row sees the statement's snapshot. When the two differ (a row inserted, taken over or released by an
+ * attempt that committed after the snapshot was taken), the statement returns no row, and running it again,
+ * with a new snapshot, resolves it.
  */
 const CLAIM_ATTEMPTS = 5;
 
@@ -67,7 +69,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       UNION ALL
       SELECT false, fingerprint, status, response_status, response_headers, response_body
       FROM ${table}
-      WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM claimed)`;
+      WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM claimed)
+        -- A version the claim above could have taken is older than the one it saw: ask again.
+        AND expires_at > now()
+        AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4)`;
     this.completeSql = countingRows(`
       UPDATE ${table}
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,

@@ -11,20 +11,28 @@ export interface CaptureOptions {
   storedHeaders: ReadonlySet<string>;
 }
 
-type EndCallback = () => void;
+/** Whether the captured response has ended yet, as far as the code that wrote it is concerned. */
+export interface ResponseCapture {
+  readonly ended: boolean;
+}
+
+type EndCallback = (error?: Error) => void;
 
 /**
  * Captures the response as it is written to the socket, whoever writes it (the handler's return value,
- * an exception filter, a passthrough `res`), and holds its end until `onEnd` has run: the outcome is
- * durable before the client can see it. A response written in several chunks is a stream and is not stored.
+ * an exception filter, a passthrough `res`), and holds its body until `onEnd` has run: the outcome is
+ * durable before the client can read it. The status and headers are flushed at once, so that code writing
+ * after the end (a late exception filter) sees the response as sent, as it would without the capture.
+ * A response written in several chunks is a stream and is not stored. `onEnd` must not reject.
  */
 export function captureResponse(
   res: ServerResponse,
   options: CaptureOptions,
   onEnd: (sent: SentResponse) => Promise<void>,
-): void {
+): ResponseCapture {
   const originalWrite = res.write;
   const originalEnd = res.end;
+  const capture = { ended: false };
   let streamed = false;
 
   res.write = function write(this: ServerResponse, ...args: unknown[]) {
@@ -35,14 +43,22 @@ export function captureResponse(
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
     res.write = originalWrite;
     res.end = originalEnd;
+    capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
     const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
-    void onEnd(sent).finally(() => {
-      originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
+    if (!res.headersSent && !res.destroyed) res.flushHeaders();
+    void onEnd(sent).then(() => {
+      try {
+        originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
+      } catch (error) {
+        res.destroy(error as Error);
+      }
     });
     return res;
   } as ServerResponse['end'];
+
+  return capture;
 }
 
 function describeSent(
@@ -56,6 +72,7 @@ function describeSent(
     return { storable: false, reason: 'the handler streams its response or writes it itself' };
   }
   const body = toBuffer(chunk, encoding);
+  if (body === undefined) return { storable: false, reason: 'the response body is not bytes or text' };
   if (body.length > options.maxBodyBytes) {
     return { storable: false, reason: `the response body is larger than ${options.maxBodyBytes} bytes` };
   }
@@ -65,12 +82,11 @@ function describeSent(
   };
 }
 
-function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer {
+function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer | undefined {
   if (chunk === undefined || chunk === null) return Buffer.alloc(0);
-  if (typeof chunk === 'string') return Buffer.from(chunk, encoding ?? 'utf8');
-  if (Buffer.isBuffer(chunk)) return chunk;
+  if (typeof chunk === 'string') return Buffer.isEncoding(encoding ?? 'utf8') ? Buffer.from(chunk, encoding ?? 'utf8') : undefined;
   if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-  return Buffer.from(String(chunk));
+  return undefined;
 }
 
 function pickHeaders(headers: OutgoingHttpHeaders, allowed: ReadonlySet<string>): Record<string, string | string[]> {

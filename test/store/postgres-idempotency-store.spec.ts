@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import pg from 'pg';
 import { DataSource } from 'typeorm';
 import {
   createIdempotencyRecordsMigration,
@@ -9,6 +10,7 @@ import {
   type StoredResponse,
 } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
 
 const timing = { leaseSeconds: 60, ttlSeconds: 3600 };
 const response: StoredResponse = {
@@ -183,5 +185,40 @@ describe('schema', () => {
     await expect(custom.complete({ scope, attempt }, response, 60)).resolves.toBe(true);
     await expect(db.query('SELECT count(*)::int AS n FROM billing.idem_keys')).resolves.toEqual([{ n: 1 }]);
     await expect(recordOf(scope)).resolves.toBeUndefined();
+  });
+});
+
+describe('claim racing a takeover', () => {
+  it('never answers with the stale version of a record that another attempt took over meanwhile', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await store.claim(scope, 'fpA', attempt, timing);
+    await store.complete({ scope, attempt }, { ...response, body: Buffer.from('OLD RESPONSE') }, 3600);
+    await db.query(`UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+
+    // Attempt X takes the expired record over for another request, and holds its transaction open.
+    const x = new pg.Client({ connectionString: db.url });
+    await x.connect();
+    try {
+      await x.query('BEGIN');
+      await x.query(
+        `UPDATE idempotency_records SET fingerprint = 'fpB', status = 'in_progress', attempt = gen_random_uuid(),
+           locked_until = now() + interval '1 minute', expires_at = now() + interval '1 hour', completed_at = NULL,
+           response_status = NULL, response_headers = NULL, response_body = NULL
+         WHERE idempotency_key = $1`,
+        [scope.key],
+      );
+      // A retry of the old request starts now (its snapshot still shows the old response) and waits for X.
+      const retry = store.claim(scope, 'fpA', randomUUID(), timing);
+      await waitFor(
+        async () =>
+          (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH claimed AS%'`))[0],
+        'the retry to wait for the takeover',
+      );
+      await x.query('COMMIT');
+      await expect(retry).resolves.toEqual({ claimed: false, existing: { status: 'in_progress', fingerprint: 'fpB' } });
+    } finally {
+      await x.end();
+    }
   });
 });
