@@ -41,14 +41,18 @@ export function captureResponse(
   } as ServerResponse['write'];
 
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    res.write = originalWrite;
-    res.end = originalEnd;
+    // While the body is held, the response has ended for its writers: later writes and ends (an exception
+    // filter finishing a response that was already written) do nothing, as they would after a real end.
+    res.write = (() => false) as ServerResponse['write'];
+    res.end = (() => res) as ServerResponse['end'];
     capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
     const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
     if (!res.headersSent && !res.destroyed) res.flushHeaders();
     void onEnd(sent).then(() => {
+      res.write = originalWrite;
+      res.end = originalEnd;
       try {
         originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
       } catch (error) {

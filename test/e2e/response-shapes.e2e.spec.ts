@@ -9,15 +9,19 @@ import {
   type INestApplication,
   Post,
   Put,
+  Req,
   Res,
   StreamableFile,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import type { Response } from 'express';
+import type { Request, Response } from 'express';
 import request from 'supertest';
+import { defer, from } from 'rxjs';
+import { request as httpRequest } from 'node:http';
 import { CreateIdempotencyRecords, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
 
 /** Every route answers with how many times its handler ran, so a replay shows the first run's number. */
 @Controller('shapes')
@@ -100,6 +104,83 @@ class ShapesController {
   }
 }
 
+/** A gate a handler waits at until the test opens it; it also tells when the handler's client has gone. */
+class Gate {
+  private open!: () => void;
+  private arrived!: () => void;
+  private gone!: () => void;
+  readonly opened = new Promise<void>((resolve) => (this.open = resolve));
+  readonly reached = new Promise<void>((resolve) => (this.arrived = resolve));
+  readonly clientGone = new Promise<void>((resolve) => (this.gone = resolve));
+
+  async pass(request: Request): Promise<void> {
+    request.socket.once('close', () => this.gone());
+    this.arrived();
+    await this.opened;
+  }
+
+  release(): void {
+    this.open();
+  }
+}
+
+let gate = new Gate();
+
+/** Replaces the method with a wrapper, as tracing or logging decorators do: the wrapper's name differs. */
+function Wrapped(): MethodDecorator {
+  return (_target, _key, descriptor: PropertyDescriptor) => {
+    const original = descriptor.value as (...args: unknown[]) => unknown;
+    descriptor.value = function wrapper(this: unknown, ...args: unknown[]) {
+      return original.apply(this, args);
+    };
+  };
+}
+
+@Controller('late')
+@Idempotent()
+class LateController {
+  runs = 0;
+
+  @Post('observable')
+  observable(@Req() request: Request) {
+    return defer(() => from(gate.pass(request).then(() => ({ run: (this.runs += 1) }))));
+  }
+
+  @Post('promise')
+  async promise(@Req() request: Request) {
+    await gate.pass(request);
+    return { run: (this.runs += 1) };
+  }
+
+  @Post('late-error')
+  lateError(@Res({ passthrough: true }) res: Response) {
+    res.status(201).json({ run: (this.runs += 1) });
+    throw new Error('thrown after the response was written');
+  }
+
+  @Post('wrapped-own-response')
+  @Wrapped()
+  wrappedOwnResponse(@Res() res: Response) {
+    res.status(200).json({ run: (this.runs += 1) });
+  }
+}
+
+class BaseController {
+  runs = 0;
+
+  @Post()
+  create() {
+    return { run: (this.runs += 1) };
+  }
+}
+
+@Controller('inherited-idempotent')
+@Idempotent()
+class IdempotentChild extends BaseController {}
+
+@Controller('inherited-plain')
+class PlainChild extends BaseController {}
+
 class RecordingLogger extends ConsoleLogger {
   readonly warnings: string[] = [];
   override warn(message: unknown, ...rest: unknown[]): void {
@@ -127,7 +208,7 @@ beforeAll(async () => {
         maxStoredBodyBytes: 1024,
       }),
     ],
-    controllers: [ShapesController],
+    controllers: [ShapesController, LateController, IdempotentChild, PlainChild],
   }).compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
   await app.listen(0, '127.0.0.1');
@@ -244,5 +325,62 @@ describe('module options', () => {
 
   it('warns once at start-up that keys are scoped per endpoint when no accountResolver is configured', () => {
     expect(logger.warnings.filter((warning) => warning.includes('No accountResolver'))).toHaveLength(1);
+  });
+});
+
+describe('a client that leaves before the handler is done', () => {
+  it.each(['observable', 'promise'])('still gets its outcome stored from a handler returning an %s; the retry replays it', async (route) => {
+    gate = new Gate();
+    const key = randomUUID();
+    const runsBefore = app.get(LateController).runs;
+    const client = httpRequest(`${url}/late/${route}`, {
+      method: 'POST',
+      headers: { 'X-Idempotency-Key': key, 'Content-Type': 'application/json' },
+    });
+    client.on('error', () => undefined);
+    client.end('{}');
+    await gate.reached;
+    client.destroy();
+    await gate.clientGone;
+    gate.release();
+    const [record] = await waitFor(async () => {
+      const rows = await db.query<{ status: string; response_status: number }>(
+        `SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1 AND status = 'completed'`,
+        [key],
+      );
+      return rows.length ? rows : undefined;
+    }, 'the outcome to be stored');
+    expect(record.response_status).toBe(201);
+    const replay = await request(url).post(`/late/${route}`).set('X-Idempotency-Key', key).send({}).expect(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual({ run: runsBefore + 1 });
+    expect(app.get(LateController).runs).toBe(runsBefore + 1);
+  });
+});
+
+describe('routes that fool a naive capture', () => {
+  it('a response written before a late exception is the outcome, as the client saw it', async () => {
+    const key = randomUUID();
+    const first = await request(url).post('/late/late-error').set('X-Idempotency-Key', key).send({}).expect(201);
+    const replay = await request(url).post('/late/late-error').set('X-Idempotency-Key', key).send({}).expect(201);
+    expect(replay.text).toBe(first.text);
+  });
+
+  it('a @Res() route behind a method-replacing decorator is not stored, and its retry is answered', async () => {
+    const key = randomUUID();
+    const runsBefore = app.get(LateController).runs;
+    await request(url).post('/late/wrapped-own-response').set('X-Idempotency-Key', key).send({}).expect(200);
+    const retry = await request(url).post('/late/wrapped-own-response').set('X-Idempotency-Key', key).send({}).timeout(5_000).expect(200);
+    expect(retry.body).toEqual({ run: runsBefore + 2 });
+  });
+
+  it('a handler inherited by a marked and an unmarked controller is idempotent on the marked one only', async () => {
+    await request(url).post('/inherited-plain').send({}).expect(201);
+    await request(url).post('/inherited-idempotent').send({}).expect(400);
+    const key = randomUUID();
+    const first = await request(url).post('/inherited-idempotent').set('X-Idempotency-Key', key).send({}).expect(201);
+    const replay = await request(url).post('/inherited-idempotent').set('X-Idempotency-Key', key).send({}).expect(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.text).toBe(first.text);
   });
 });
