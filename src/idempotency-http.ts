@@ -3,18 +3,16 @@ import { StreamableFile } from '@nestjs/common';
 import { IdempotencyBodyUnavailableError } from './idempotency.errors.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 
-/** The parts of an Express or Fastify request the module reads. */
+/** The parts of an Express request the module reads. */
 export interface HttpRequest extends IncomingMessage {
   method: string;
   url: string;
-  /** Express: the path as received, before routers strip their mount points. */
+  /** The path as received, before routers strip their mount points. */
   originalUrl?: string;
   /** Set by Nest when the application is created with `rawBody: true`. */
   rawBody?: Buffer;
-  /** Express: the matched route. */
+  /** The matched route. */
   route?: { path?: string };
-  /** Fastify: the matched route. */
-  routeOptions?: { url?: string };
 }
 
 /** The raw body bytes as received; the parsed body is never re-serialized. */
@@ -32,7 +30,7 @@ export function requestUrlOf(request: HttpRequest): string {
 
 /** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */
 export function endpointOf(request: HttpRequest): string {
-  const template = request.route?.path ?? request.routeOptions?.url ?? requestUrlOf(request).split('?')[0];
+  const template = request.route?.path ?? requestUrlOf(request).split('?')[0];
   return `${request.method} ${template}`;
 }
 

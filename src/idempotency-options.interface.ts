@@ -49,6 +49,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   replayHeaderName?: string;
   /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
   tableName?: string;
+  /**
+   * Bound on each store operation. A claim that takes longer is answered with 503
+   * `idempotency_store_unavailable`; a finalize that takes longer lets the response go and is logged. Default: 5 s.
+   */
+  storeTimeoutSeconds?: number;
   /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
   purgeIntervalSeconds?: number;
   /** Records deleted per purge statement. Default: 1000. */

@@ -37,6 +37,7 @@ export interface IdempotencyPolicy {
   ttlSeconds: number;
   leaseSeconds: number;
   retryAfterSeconds: number;
+  storeTimeoutSeconds: number;
   accountResolver: AccountResolver | undefined;
   fingerprint: (input: FingerprintInput) => string;
   /** Lower-case names of the response headers that are stored and replayed. */
@@ -46,7 +47,16 @@ export interface IdempotencyPolicy {
 }
 
 export const DEFAULT_TABLE_NAME = 'idempotency_records';
-export const DEFAULT_PURGE_BATCH_SIZE = 1000;
+
+/** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
+export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds?: number } {
+  const batchSize = options.purgeBatchSize ?? 1000;
+  if (!Number.isSafeInteger(batchSize) || batchSize <= 0) {
+    throw new RangeError(`Idempotency option purgeBatchSize must be a positive integer, got ${batchSize}`);
+  }
+  const intervalSeconds = options.purgeIntervalSeconds;
+  return { batchSize, intervalSeconds: intervalSeconds === undefined ? undefined : positive('purgeIntervalSeconds', intervalSeconds) };
+}
 
 export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}): IdempotencyPolicy {
   const options = { ...moduleOptions, ...withoutUndefined(routeOptions) };
@@ -58,6 +68,7 @@ export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOpti
     ttlSeconds: positive('ttlSeconds', options.ttlSeconds ?? 24 * 60 * 60),
     leaseSeconds: positive('leaseSeconds', options.leaseSeconds ?? 60),
     retryAfterSeconds: positive('retryAfterSeconds', options.retryAfterSeconds ?? 2),
+    storeTimeoutSeconds: positive('storeTimeoutSeconds', options.storeTimeoutSeconds ?? 5),
     accountResolver: options.accountResolver,
     fingerprint: options.fingerprint ?? sha256Fingerprint,
     storedResponseHeaders: new Set(

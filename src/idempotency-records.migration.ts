@@ -9,8 +9,10 @@ import { quoteTableName } from './postgres-idempotency.store.js';
 export function createIdempotencyRecordsMigration(tableName: string = DEFAULT_TABLE_NAME): new () => MigrationInterface {
   const table = quoteTableName(tableName);
   const bareName = tableName.split('.').pop() as string;
+  // One migration name per table, so that several tables can be created by one application's migrations.
+  const suffix = tableName === DEFAULT_TABLE_NAME ? '' : tableName.replace(/(^|[^A-Za-z0-9]+)([A-Za-z0-9])/g, (_, __, c: string) => c.toUpperCase());
   return class CreateIdempotencyRecords1764633600000 implements MigrationInterface {
-    name = 'CreateIdempotencyRecords1764633600000';
+    name = `CreateIdempotencyRecords${suffix}1764633600000`;
 
     async up(queryRunner: QueryRunner): Promise<void> {
       await queryRunner.query(`

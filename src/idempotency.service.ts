@@ -8,7 +8,7 @@ import {
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
-import { DEFAULT_PURGE_BATCH_SIZE, type IdempotencyPolicy } from './idempotency-policy.js';
+import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings } from './idempotency-policy.js';
 import type {
   IdempotencyClaim,
   IdempotencyScope,
@@ -27,12 +27,16 @@ export type IdempotencyDecision =
 @Injectable()
 export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
+  private readonly purge: ReturnType<typeof resolvePurgeSettings>;
   private purgeTimer?: NodeJS.Timeout;
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
-  ) {}
+  ) {
+    resolvePolicy(options); // invalid module options fail at start-up, not on the first request
+    this.purge = resolvePurgeSettings(options);
+  }
 
   onModuleInit(): void {
     if (!this.options.accountResolver) {
@@ -41,8 +45,8 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
           'sending the same key to the same endpoint share one record. Configure one for multi-tenant APIs.',
       );
     }
-    const interval = this.options.purgeIntervalSeconds;
-    if (interval && interval > 0) {
+    const interval = this.purge.intervalSeconds;
+    if (interval !== undefined) {
       this.purgeTimer = setInterval(() => {
         this.purgeExpired().catch((error: unknown) => this.logger.error(`Purging expired records failed: ${error}`));
       }, interval * 1000);
@@ -61,12 +65,13 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
    */
   async begin(scope: IdempotencyScope, fingerprint: string, policy: IdempotencyPolicy): Promise<IdempotencyDecision> {
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
-    const result = await this.store
-      .claim(scope, fingerprint, claim.attempt, { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds })
-      .catch((error: unknown) => {
+    const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
+    const result = await withTimeout(this.store.claim(scope, fingerprint, claim.attempt, timing), policy, 'claim').catch(
+      (error: unknown) => {
         this.logger.error(`Claiming ${describe(scope)} failed; the request is refused with 503: ${error}`);
         throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      });
+      },
+    );
     if (result.claimed) return { action: 'run', claim };
 
     const { existing } = result;
@@ -81,7 +86,11 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
    */
   async finish(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy): Promise<void> {
     const store = response !== undefined && policy.isFinalStatus(response.status);
-    const held = store ? await this.store.complete(claim, response, policy.ttlSeconds) : await this.store.release(claim);
+    const held = await withTimeout(
+      store ? this.store.complete(claim, response, policy.ttlSeconds) : this.store.release(claim),
+      policy,
+      store ? 'storing the outcome' : 'releasing the claim',
+    );
     if (!held) {
       this.logger.warn(
         `The claim on ${describe(claim.scope)} was taken over by another attempt; this attempt's outcome was not ${
@@ -92,13 +101,30 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   }
 
   /** Deletes every expired record, one bounded batch per statement; returns how many it deleted. */
-  async purgeExpired(batchSize: number = this.options.purgeBatchSize ?? DEFAULT_PURGE_BATCH_SIZE): Promise<number> {
+  async purgeExpired(batchSize: number = this.purge.batchSize): Promise<number> {
+    resolvePurgeSettings({ purgeBatchSize: batchSize });
     let total = 0;
     for (;;) {
       const purged = await this.store.purgeExpired(batchSize);
       total += purged;
       if (purged < batchSize) return total;
     }
+  }
+}
+
+/** Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. */
+async function withTimeout<T>(operation: Promise<T>, policy: IdempotencyPolicy, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
+      policy.storeTimeoutSeconds * 1000,
+    );
+  });
+  try {
+    return await Promise.race([operation, timeout]);
+  } finally {
+    clearTimeout(timer);
   }
 }
 

@@ -1,11 +1,14 @@
 import { SetMetadata } from '@nestjs/common';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import type { IdempotentOptions } from './idempotency-options.interface.js';
+import { resolvePolicy } from './idempotency-policy.js';
 
 /**
  * Makes a route (or every route of a controller) safe to retry: requests carrying the same
  * Idempotency-Key run the handler once and replay its stored outcome. GET, HEAD, OPTIONS and DELETE
  * pass through. Options given here override the module's; a method's override its controller's.
  */
-export const Idempotent = (options: IdempotentOptions = {}): ClassDecorator & MethodDecorator =>
-  SetMetadata(IDEMPOTENT_METADATA, options);
+export const Idempotent = (options: IdempotentOptions = {}): ClassDecorator & MethodDecorator => {
+  resolvePolicy({}, options); // invalid options fail where they are written, at start-up
+  return SetMetadata(IDEMPOTENT_METADATA, options);
+};

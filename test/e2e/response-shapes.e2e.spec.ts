@@ -19,6 +19,7 @@ import type { Request, Response } from 'express';
 import request from 'supertest';
 import { defer, from } from 'rxjs';
 import { request as httpRequest } from 'node:http';
+import pg from 'pg';
 import { CreateIdempotencyRecords, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -183,11 +184,14 @@ class PlainChild extends BaseController {}
 
 class RecordingLogger extends ConsoleLogger {
   readonly warnings: string[] = [];
+  readonly errors: string[] = [];
   override warn(message: unknown, ...rest: unknown[]): void {
     this.warnings.push([message, ...rest].map(String).join(' '));
   }
   override log(): void {}
-  override error(): void {}
+  override error(message: unknown, ...rest: unknown[]): void {
+    this.errors.push([message, ...rest].map(String).join(' '));
+  }
 }
 
 let db: TestDatabase;
@@ -206,6 +210,7 @@ beforeAll(async () => {
         replayHeaderName: 'Idempotent-Replayed',
         storedResponseHeaders: ['X-Custom', 'Set-Cookie'],
         maxStoredBodyBytes: 1024,
+        storeTimeoutSeconds: 1,
       }),
     ],
     controllers: [ShapesController, LateController, IdempotentChild, PlainChild],
@@ -382,5 +387,41 @@ describe('routes that fool a naive capture', () => {
     const replay = await request(url).post('/inherited-idempotent').set('X-Idempotency-Key', key).send({}).expect(201);
     expect(replay.headers['idempotent-replayed']).toBe('true');
     expect(replay.text).toBe(first.text);
+  });
+});
+
+describe('a store that does not answer in time (storeTimeoutSeconds)', () => {
+  let locker: pg.Client;
+
+  beforeEach(async () => {
+    locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+  });
+
+  afterEach(async () => {
+    await locker.query('ROLLBACK');
+    await locker.end();
+  });
+
+  it('refuses the request with 503 and Retry-After when the claim cannot be made, never running the handler', async () => {
+    const before = controller.runsOf('count');
+    await locker.query('BEGIN');
+    await locker.query('LOCK TABLE idempotency_records IN ACCESS EXCLUSIVE MODE');
+    const response = await request(url).post('/shapes/count').set('X-Idempotency-Key', randomUUID()).send({}).expect(503);
+    expect(response.headers['retry-after']).toBe('2');
+    expect(response.body.error).toBe('idempotency_store_unavailable');
+    expect(controller.runsOf('count')).toBe(before);
+  });
+
+  it('lets the response go when the outcome cannot be stored in time', async () => {
+    gate = new Gate();
+    const answered = request(url).post('/late/promise').set('X-Idempotency-Key', randomUUID()).send({}).then((response) => response);
+    await gate.reached;
+    await locker.query('BEGIN');
+    await locker.query('LOCK TABLE idempotency_records IN EXCLUSIVE MODE');
+    gate.release();
+    const response = await answered;
+    expect(response.status).toBe(201);
+    expect(logger.errors.some((error) => error.includes('took longer than storeTimeoutSeconds'))).toBe(true);
   });
 });

@@ -172,19 +172,27 @@ describe('schema', () => {
     expect(pending.upQueries.map((query) => query.query)).toEqual([]);
   });
 
-  it('works under a custom, schema-qualified table name', async () => {
+  it('works under a custom, schema-qualified table name, with a migration of its own', async () => {
     await db.query('CREATE SCHEMA billing');
-    const Migration = createIdempotencyRecordsMigration('billing.idem_keys');
-    const runner = dataSource.createQueryRunner();
-    await new Migration().up(runner);
-    await runner.release();
-    const custom = new PostgresIdempotencyStore(dataSource, 'billing.idem_keys');
-    const scope = newScope();
-    const attempt = randomUUID();
-    await expect(custom.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true });
-    await expect(custom.complete({ scope, attempt }, response, 60)).resolves.toBe(true);
-    await expect(db.query('SELECT count(*)::int AS n FROM billing.idem_keys')).resolves.toEqual([{ n: 1 }]);
-    await expect(recordOf(scope)).resolves.toBeUndefined();
+    const withCustomTable = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      migrations: [CreateIdempotencyRecords, createIdempotencyRecordsMigration('billing.idem_keys')],
+    });
+    await withCustomTable.initialize();
+    try {
+      const applied = await withCustomTable.runMigrations();
+      expect(applied.map((migration) => migration.name)).toEqual(['CreateIdempotencyRecordsBillingIdemKeys1764633600000']);
+      const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
+      const scope = newScope();
+      const attempt = randomUUID();
+      await expect(custom.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true });
+      await expect(custom.complete({ scope, attempt }, response, 60)).resolves.toBe(true);
+      await expect(db.query('SELECT count(*)::int AS n FROM billing.idem_keys')).resolves.toEqual([{ n: 1 }]);
+      await expect(recordOf(scope)).resolves.toBeUndefined();
+    } finally {
+      await withCustomTable.destroy();
+    }
   });
 });
 

@@ -1,4 +1,5 @@
-import { isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
+import { Idempotent, isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
+import { resolvePurgeSettings } from '../../src/idempotency-policy.js';
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {
@@ -10,6 +11,7 @@ describe('resolvePolicy', () => {
       ttlSeconds: 86_400,
       leaseSeconds: 60,
       retryAfterSeconds: 2,
+      storeTimeoutSeconds: 5,
       accountResolver: undefined,
       maxStoredBodyBytes: 1_048_576,
     });
@@ -30,9 +32,31 @@ describe('resolvePolicy', () => {
     expect([...policy.storedResponseHeaders]).toEqual(['content-type', 'location', 'x-request-cost']);
   });
 
-  it.each(['ttlSeconds', 'leaseSeconds', 'retryAfterSeconds', 'maxStoredBodyBytes'] as const)('refuses a non-positive %s', (name) => {
-    expect(() => resolvePolicy({ [name]: 0 })).toThrow(RangeError);
-    expect(() => resolvePolicy({ [name]: Number.NaN })).toThrow(RangeError);
+  it.each(['ttlSeconds', 'leaseSeconds', 'retryAfterSeconds', 'storeTimeoutSeconds', 'maxStoredBodyBytes'] as const)(
+    'refuses a non-positive %s',
+    (name) => {
+      expect(() => resolvePolicy({ [name]: 0 })).toThrow(RangeError);
+      expect(() => resolvePolicy({ [name]: Number.NaN })).toThrow(RangeError);
+    },
+  );
+
+  it('is checked where @Idempotent() is written, so a bad route option fails at start-up', () => {
+    expect(() => Idempotent({ leaseSeconds: -1 })).toThrow(/leaseSeconds/);
+    expect(() => Idempotent({ leaseSeconds: 1 })).not.toThrow();
+  });
+});
+
+describe('resolvePurgeSettings', () => {
+  it('defaults to batches of 1000 and no timer', () => {
+    expect(resolvePurgeSettings({})).toEqual({ batchSize: 1000, intervalSeconds: undefined });
+  });
+
+  it.each([0, -5, 1.5, Number.NaN])('refuses a batch size of %p', (purgeBatchSize) => {
+    expect(() => resolvePurgeSettings({ purgeBatchSize })).toThrow(RangeError);
+  });
+
+  it('refuses a non-positive interval', () => {
+    expect(() => resolvePurgeSettings({ purgeIntervalSeconds: 0 })).toThrow(RangeError);
   });
 });
 
