@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableFile } from '@nestjs/common';
-import { IdempotencyBodyUnavailableError } from './idempotency.errors.js';
+import { IdempotencyBodyUnavailableError, type IdempotencyError } from './idempotency.errors.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 
 /** The parts of an Express request the module reads. */
@@ -48,4 +48,11 @@ export function replayResponse(response: ServerResponse, stored: StoredResponse,
   response.setHeader(replayHeaderName, 'true');
   if (stored.body.length === 0) return undefined;
   return new StreamableFile(stored.body, { length: stored.body.length });
+}
+
+/** The response Nest's exception filter would send for `error`, for when the module must send it itself. */
+export function errorResponse(error: IdempotencyError): StoredResponse {
+  const headers: Record<string, string> = { 'content-type': 'application/json; charset=utf-8' };
+  if (error.retryAfterSeconds !== undefined) headers['retry-after'] = String(Math.ceil(error.retryAfterSeconds));
+  return { status: error.getStatus(), headers, body: Buffer.from(JSON.stringify(error.getResponse())) };
 }

@@ -17,10 +17,27 @@ export type AccountResolver = (context: ExecutionContext) => string | Promise<st
 export interface IdempotentOptions {
   /** Refuse requests without a key (400 `idempotency_key_required`). Default: `true`. */
   required?: boolean;
+  /**
+   * Run the handler in one database transaction that also stores its outcome, so that its own writes (made
+   * through `IdempotencyContext.manager`) and the stored response commit together or not at all. Default: `false`.
+   */
+  transactional?: boolean;
+  /**
+   * What a request finds when its key is still in progress: `'conflict'` answers 409 at once; `'wait'` waits
+   * up to `inFlightWaitSeconds` for the first attempt's outcome, then answers with it (or 409). Default: `'conflict'`.
+   */
+  inFlight?: 'conflict' | 'wait';
+  /** How long `inFlight: 'wait'` waits. Default: 5 s. */
+  inFlightWaitSeconds?: number;
   /** How long a completed outcome is kept and replayed, counted from completion. Default: 86 400 s (24 h). */
   ttlSeconds?: number;
-  /** How long an in-progress claim blocks other attempts before a retry may take it over. Default: 60 s. */
+  /**
+   * How long an in-progress claim blocks other attempts before a retry may take it over. While the handler
+   * runs, the lease is renewed every third of it. Default: 60 s.
+   */
   leaseSeconds?: number;
+  /** A handler running longer than this stops renewing its lease, so that a retry can take a hung one over. Default: 300 s. */
+  maxHoldSeconds?: number;
   /** `Retry-After` sent with 409 `request_in_progress` and 503 `idempotency_store_unavailable`. Default: 2 s. */
   retryAfterSeconds?: number;
   /** The account of a request. Default: none, and keys are then scoped per endpoint only (logged at start-up). */
@@ -54,6 +71,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * `idempotency_store_unavailable`; a finalize that takes longer lets the response go and is logged. Default: 5 s.
    */
   storeTimeoutSeconds?: number;
+  /**
+   * Retries of a finalize that failed (the database was lost after the work), with exponential backoff from
+   * 250 ms; the response is not held meanwhile. Default: 5.
+   */
+  finalizeRetries?: number;
   /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
   purgeIntervalSeconds?: number;
   /** Records deleted per purge statement. Default: 1000. */

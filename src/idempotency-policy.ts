@@ -34,8 +34,13 @@ export interface IdempotencyPolicy {
   headerName: string;
   replayHeaderName: string;
   required: boolean;
+  transactional: boolean;
+  inFlight: 'conflict' | 'wait';
+  inFlightWaitSeconds: number;
   ttlSeconds: number;
   leaseSeconds: number;
+  maxHoldSeconds: number;
+  finalizeRetries: number;
   retryAfterSeconds: number;
   storeTimeoutSeconds: number;
   accountResolver: AccountResolver | undefined;
@@ -65,8 +70,13 @@ export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOpti
     headerName: options.headerName ?? 'Idempotency-Key',
     replayHeaderName: options.replayHeaderName ?? 'Idempotent-Replay',
     required: options.required ?? true,
+    transactional: options.transactional ?? false,
+    inFlight: oneOf('inFlight', options.inFlight ?? 'conflict', ['conflict', 'wait'] as const),
+    inFlightWaitSeconds: positive('inFlightWaitSeconds', options.inFlightWaitSeconds ?? 5),
     ttlSeconds: positive('ttlSeconds', options.ttlSeconds ?? 24 * 60 * 60),
     leaseSeconds: positive('leaseSeconds', options.leaseSeconds ?? 60),
+    maxHoldSeconds: positive('maxHoldSeconds', options.maxHoldSeconds ?? 300),
+    finalizeRetries: wholeNumber('finalizeRetries', options.finalizeRetries ?? 5),
     retryAfterSeconds: positive('retryAfterSeconds', options.retryAfterSeconds ?? 2),
     storeTimeoutSeconds: positive('storeTimeoutSeconds', options.storeTimeoutSeconds ?? 5),
     accountResolver: options.accountResolver,
@@ -84,6 +94,20 @@ function positive(name: string, value: number): number {
     throw new RangeError(`Idempotency option ${name} must be a positive number, got ${value}`);
   }
   return value;
+}
+
+function wholeNumber(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new RangeError(`Idempotency option ${name} must be a whole number, got ${value}`);
+  }
+  return value;
+}
+
+function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
+  if (!(allowed as readonly string[]).includes(value)) {
+    throw new RangeError(`Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${value}`);
+  }
+  return value as T;
 }
 
 function withoutUndefined<T extends object>(options: T): Partial<T> {

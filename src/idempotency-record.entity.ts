@@ -23,9 +23,13 @@ export class IdempotencyRecord {
   @Column({ type: 'text' })
   status: 'in_progress' | 'completed';
 
-  /** Token of the attempt holding the claim; finalize and release compare on it (fencing). */
+  /** Token of the attempt holding the claim; renew, finalize and release compare on it (fencing). */
   @Column({ type: 'uuid' })
   attempt: string;
+
+  /** How many attempts have held this claim: more than one after a takeover of a lapsed lease. */
+  @Column({ type: 'integer', default: 1 })
+  attempts: number;
 
   @Column({ name: 'response_status', type: 'smallint', nullable: true })
   responseStatus: number | null;

@@ -23,6 +23,7 @@ export function createIdempotencyRecordsMigration(tableName: string = DEFAULT_TA
           fingerprint      text                     NOT NULL,
           status           text                     NOT NULL,
           attempt          uuid                     NOT NULL,
+          attempts         integer                  NOT NULL DEFAULT 1,
           response_status  smallint,
           response_headers jsonb,
           response_body    bytea,

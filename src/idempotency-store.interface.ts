@@ -1,3 +1,5 @@
+import type { EntityManager } from 'typeorm';
+
 /** Who may collide with whom: one record per (account, endpoint, key), never a global key. */
 export interface IdempotencyScope {
   account: string;
@@ -18,7 +20,10 @@ export type ExistingRecord =
   | { status: 'in_progress'; fingerprint: string }
   | { status: 'completed'; fingerprint: string; response: StoredResponse };
 
-export type ClaimResult = { claimed: true } | { claimed: false; existing: ExistingRecord };
+export type ClaimResult =
+  /** `takeover`: the claim took over an in-progress record whose lease had lapsed (its holder may have died). */
+  | { claimed: true; takeover: boolean }
+  | { claimed: false; existing: ExistingRecord };
 
 export interface ClaimTiming {
   /** The claim blocks other attempts this long. */
@@ -27,10 +32,17 @@ export interface ClaimTiming {
   ttlSeconds: number;
 }
 
-/** The claim an attempt holds; only its holder (same `attempt` token) may complete or release it. */
+/** The claim an attempt holds; only its holder (same `attempt` token) may renew, complete or release it. */
 export interface IdempotencyClaim {
   scope: IdempotencyScope;
   attempt: string;
+}
+
+/** A database transaction of the store's, in which a handler's own writes and its outcome commit together. */
+export interface StoreTransaction {
+  readonly manager: EntityManager;
+  commit(): Promise<void>;
+  rollback(): Promise<void>;
 }
 
 /** Storage of idempotency records. Every time comparison is made on the store's clock. */
@@ -40,10 +52,19 @@ export interface IdempotencyStore {
    * has expired or whose lease has lapsed (same fingerprint only). The claim is committed when this resolves.
    */
   claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult>;
-  /** Stores the outcome; false when the claim is no longer held by this attempt. */
-  complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number): Promise<boolean>;
+  /** Extends the lease of a claim still held; false when it is no longer held by this attempt. */
+  renew(claim: IdempotencyClaim, timing: ClaimTiming): Promise<boolean>;
+  /**
+   * Stores the outcome, inside `transaction` when given; false when the claim is no longer held.
+   * Attempts waiting for the scope are woken when it commits.
+   */
+  complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number, transaction?: StoreTransaction): Promise<boolean>;
   /** Deletes the in-progress record so that a retry runs again; false when the claim is no longer held. */
   release(claim: IdempotencyClaim): Promise<boolean>;
+  /** Resolves when the record of `scope` may have been completed or released, or after `timeoutMs`. */
+  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; cancel(): void };
+  /** Starts a transaction on a connection of its own. */
+  beginTransaction(): Promise<StoreTransaction>;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */
   purgeExpired(batchSize: number): Promise<number>;
 }

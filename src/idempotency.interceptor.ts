@@ -18,12 +18,14 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { isObservable, type Observable, of, ReplaySubject } from 'rxjs';
+import { isObservable, Observable, of, ReplaySubject, tap } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
+import { IdempotencyContext } from './idempotency-context.js';
 import {
   endpointOf,
+  errorResponse,
   type HttpRequest,
   rawBodyOf,
   replayResponse,
@@ -33,6 +35,7 @@ import {
 import { parseIdempotencyKey } from './idempotency-key.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
+import type { StoredResponse } from './idempotency-store.interface.js';
 import { IdempotencyService } from './idempotency.service.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 
@@ -85,18 +88,19 @@ export class IdempotencyInterceptor implements NestInterceptor {
     });
     if (decision.action === 'replay') return of(replayResponse(response, decision.response, policy.replayHeaderName));
 
-    let finished = false;
-    const finish = async (sent: SentResponse | undefined) => {
-      if (finished) return;
-      finished = true;
+    const { run } = decision;
+    const attempt = { failed: false, finished: false };
+    const finish = async (sent: SentResponse | undefined): Promise<StoredResponse | undefined> => {
+      if (attempt.finished) return undefined;
+      attempt.finished = true;
       if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
       try {
-        await this.idempotency.finish(decision.claim, sent?.storable ? sent.response : undefined, policy);
+        const outcome = { response: sent?.storable ? sent.response : undefined, failed: attempt.failed };
+        const error = await this.idempotency.finish(run, outcome, policy);
+        return error && errorResponse(error);
       } catch (error) {
-        this.logger.error(
-          `Finalizing key ${JSON.stringify(key)} of ${scope.endpoint} failed: the response is sent, and the key ` +
-            `stays in progress until its lease lapses. ${error}`,
-        );
+        this.logger.error(`Finalizing key ${JSON.stringify(key)} of ${scope.endpoint} failed: ${error}`);
+        return undefined;
       }
     };
     const capture = captureResponse(
@@ -104,10 +108,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
       { storable: plan.storable, maxBodyBytes: policy.maxStoredBodyBytes, storedHeaders: policy.storedResponseHeaders },
       finish,
     );
-    if (plan.storable) return this.runToCompletion(next, response, capture, finish);
+    const handled = new Observable<unknown>((subscriber) =>
+      IdempotencyContext.runWithin(run, () => next.handle().subscribe(subscriber)),
+    ).pipe(tap({ error: () => (attempt.failed = true) }));
+    if (plan.storable) return this.runToCompletion(handled, response, capture, finish);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
     response.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
-    return next.handle();
+    return handled;
   }
 
   /**
@@ -118,10 +125,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * when it cannot be (an error, a stream), the claim is released.
    */
   private runToCompletion(
-    next: CallHandler,
+    handled: Observable<unknown>,
     response: ServerResponse,
     capture: ResponseCapture,
-    finish: (sent: undefined) => Promise<void>,
+    finish: (sent: undefined) => Promise<unknown>,
   ): Observable<unknown> {
     let clientLeft = false;
     response.once('close', () => {
@@ -134,7 +141,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       });
     const outcome = new ReplaySubject<unknown>(1);
     let last: unknown;
-    next.handle().subscribe({
+    handled.subscribe({
       next: (value) => {
         last = value;
         outcome.next(value);

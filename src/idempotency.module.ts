@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+import { IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { ConfigurableIdempotencyModule } from './idempotency.module-definition.js';
 import { IdempotencyService } from './idempotency.service.js';
@@ -14,8 +15,9 @@ import { IdempotencyService } from './idempotency.service.js';
 @Module({
   providers: [
     IdempotencyService,
+    IdempotencyContext,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
   ],
-  exports: [IdempotencyService, IDEMPOTENCY_STORE],
+  exports: [IdempotencyService, IdempotencyContext, IDEMPOTENCY_STORE],
 })
 export class IdempotencyModule extends ConfigurableIdempotencyModule {}

@@ -1,7 +1,9 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Inject, Injectable, Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
 import {
+  type IdempotencyError,
   IdempotencyKeyReuseError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
@@ -9,7 +11,9 @@ import {
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings } from './idempotency-policy.js';
+import { IdempotencyRun } from './idempotency-run.js';
 import type {
+  ClaimResult,
   IdempotencyClaim,
   IdempotencyScope,
   IdempotencyStore,
@@ -17,9 +21,17 @@ import type {
 } from './idempotency-store.interface.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
-export type IdempotencyDecision =
-  | { action: 'run'; claim: IdempotencyClaim }
-  | { action: 'replay'; response: StoredResponse };
+export type IdempotencyDecision = { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
+
+/** How an attempt's work ended. */
+export interface AttemptOutcome {
+  /** The response as sent, or `undefined` when it could not be stored (streamed, too large). */
+  response: StoredResponse | undefined;
+  /** Whether the handler threw (its response, if any, is the exception filter's). */
+  failed: boolean;
+}
+
+const FINALIZE_BACKOFF_MS = 250;
 
 /**
  * The protocol, independent of HTTP: claim the key, compare fingerprints, replay or run, then finalize.
@@ -28,6 +40,7 @@ export type IdempotencyDecision =
 export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
   private readonly purge: ReturnType<typeof resolvePurgeSettings>;
+  private readonly leases = new Map<IdempotencyRun, NodeJS.Timeout>();
   private purgeTimer?: NodeJS.Timeout;
 
   constructor(
@@ -56,48 +69,65 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
 
   onModuleDestroy(): void {
     clearInterval(this.purgeTimer);
+    for (const timer of this.leases.values()) clearInterval(timer);
   }
 
   /**
    * One lookup, four outcomes: a new key is claimed (run the work); a key used with a different request
-   * is refused (422); a key still in progress is refused with a retry hint (409); a completed key is replayed.
-   * The claim is committed before this resolves, so the work never runs inside the claim's transaction.
+   * is refused (422); a key still in progress is refused with a retry hint (409), or, with `inFlight: 'wait'`,
+   * awaited for a while; a completed key is replayed. The claim is committed before this resolves, so the
+   * work never runs inside the claim's transaction.
    */
   async begin(scope: IdempotencyScope, fingerprint: string, policy: IdempotencyPolicy): Promise<IdempotencyDecision> {
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
-    const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
-    const result = await withTimeout(this.store.claim(scope, fingerprint, claim.attempt, timing), policy, 'claim').catch(
-      (error: unknown) => {
-        this.logger.error(`Claiming ${describe(scope)} failed; the request is refused with 503: ${error}`);
-        throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      },
-    );
-    if (result.claimed) return { action: 'run', claim };
-
-    const { existing } = result;
-    if (existing.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError();
-    if (existing.status === 'in_progress') throw new RequestInProgressError(policy.retryAfterSeconds);
-    return { action: 'replay', response: existing.response };
+    const deadline = Date.now() + (policy.inFlight === 'wait' ? policy.inFlightWaitSeconds * 1000 : 0);
+    for (;;) {
+      // Listening starts before the claim, so that an outcome stored right after it is not missed.
+      const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
+      const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
+        waiting?.cancel();
+        throw error;
+      });
+      if (result.claimed) {
+        waiting?.cancel();
+        return { action: 'run', run: await this.startRun(claim, result.takeover, policy) };
+      }
+      const { existing } = result;
+      if (existing.fingerprint !== fingerprint) {
+        waiting?.cancel();
+        throw new IdempotencyKeyReuseError();
+      }
+      if (existing.status === 'completed') {
+        waiting?.cancel();
+        return { action: 'replay', response: existing.response };
+      }
+      if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds);
+      await waiting.changed;
+    }
   }
 
   /**
-   * Ends the attempt: a final outcome is stored for replay; anything else (no storable response, a 400,
-   * a 5xx) releases the claim so that a retry runs again. Only the claim's holder can do either.
+   * Ends the attempt. A final outcome is stored for replay; anything else (no storable response, a 400,
+   * a 5xx) releases the claim so that a retry runs again. On a transactional route, a final outcome commits
+   * with the handler's writes, and anything else rolls them back. Returns the error the client must get
+   * instead of the response when the outcome could not be committed; `undefined` otherwise.
    */
-  async finish(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy): Promise<void> {
-    const store = response !== undefined && policy.isFinalStatus(response.status);
-    const held = await withTimeout(
-      store ? this.store.complete(claim, response, policy.ttlSeconds) : this.store.release(claim),
-      policy,
-      store ? 'storing the outcome' : 'releasing the claim',
-    );
-    if (!held) {
-      this.logger.warn(
-        `The claim on ${describe(claim.scope)} was taken over by another attempt; this attempt's outcome was not ${
-          store ? 'stored' : 'released'
-        }.`,
+  async finish(run: IdempotencyRun, outcome: AttemptOutcome, policy: IdempotencyPolicy): Promise<IdempotencyError | undefined> {
+    clearInterval(this.leases.get(run));
+    this.leases.delete(run);
+    const { response, failed } = outcome;
+    const final = response !== undefined && !failed && policy.isFinalStatus(response.status);
+    const { transaction } = run;
+    if (transaction && final) return this.commitWithOutcome(run, response, policy);
+    if (transaction) {
+      // A streamed response reached the client as the handler wrote it: its writes stand.
+      await (response === undefined && !failed ? transaction.commit() : transaction.rollback()).catch((error: unknown) =>
+        this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`),
       );
     }
+    const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
+    await this.finalize(run.claim, storable, policy);
+    return undefined;
   }
 
   /** Deletes every expired record, one bounded batch per statement; returns how many it deleted. */
@@ -108,6 +138,140 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       const purged = await this.store.purgeExpired(batchSize);
       total += purged;
       if (purged < batchSize) return total;
+    }
+  }
+
+  private claim(claim: IdempotencyClaim, fingerprint: string, policy: IdempotencyPolicy): Promise<ClaimResult> {
+    const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
+    return withTimeout(this.store.claim(claim.scope, fingerprint, claim.attempt, timing), policy, 'claim').catch(
+      (error: unknown) => {
+        this.logger.error(`Claiming ${describe(claim.scope)} failed; the request is refused with 503: ${error}`);
+        throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      },
+    );
+  }
+
+  /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */
+  private async startRun(claim: IdempotencyClaim, takeover: boolean, policy: IdempotencyPolicy): Promise<IdempotencyRun> {
+    let run = new IdempotencyRun(claim, takeover);
+    if (policy.transactional) {
+      const opening = this.store.beginTransaction();
+      try {
+        run = new IdempotencyRun(claim, takeover, await withTimeout(opening, policy, 'beginning a transaction'));
+      } catch (error) {
+        opening.then((late) => late.rollback()).catch(() => undefined);
+        this.logger.error(`Opening the transaction of ${describe(claim.scope)} failed; the request is refused with 503: ${error}`);
+        await this.finalize(claim, undefined, policy);
+        throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      }
+    }
+    this.keepLeaseAlive(run, policy);
+    return run;
+  }
+
+  /**
+   * Renews the lease every third of it while the handler runs, up to `maxHoldSeconds`: a slow but live
+   * handler keeps its claim, a hung one lets it go. A renewal that finds the claim gone stops renewing.
+   */
+  private keepLeaseAlive(run: IdempotencyRun, policy: IdempotencyPolicy): void {
+    const holdUntil = Date.now() + policy.maxHoldSeconds * 1000;
+    const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
+    const stop = () => {
+      clearInterval(this.leases.get(run));
+      this.leases.delete(run);
+    };
+    const timer = setInterval(() => {
+      if (Date.now() >= holdUntil) {
+        stop();
+        this.logger.warn(
+          `The handler of ${describe(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its lease ` +
+            'is no longer renewed, and a retry may take the key over once it lapses.',
+        );
+        return;
+      }
+      this.store.renew(run.claim, timing).then(
+        (held) => {
+          if (held) return;
+          stop();
+          this.logger.warn(`The claim on ${describe(run.scope)} was taken over while its handler ran; its outcome will not be stored.`);
+        },
+        (error: unknown) => this.logger.warn(`Renewing the lease of ${describe(run.scope)} failed: ${error}`),
+      );
+    }, (policy.leaseSeconds * 1000) / 3);
+    timer.unref();
+    this.leases.set(run, timer);
+  }
+
+  /** Stores the handler's writes and its outcome in one commit. */
+  private async commitWithOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) {
+    const transaction = run.transaction as NonNullable<IdempotencyRun['transaction']>;
+    try {
+      const held = await withTimeout(this.store.complete(run.claim, response, policy.ttlSeconds, transaction), policy, 'storing the outcome');
+      if (!held) {
+        await transaction.rollback();
+        this.logger.warn(
+          `The claim on ${describe(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
+        );
+        return new RequestInProgressError(policy.retryAfterSeconds);
+      }
+      await withTimeout(transaction.commit(), policy, 'committing');
+      return undefined;
+    } catch (error) {
+      await transaction.rollback().catch(() => undefined);
+      this.logger.error(
+        `Committing the work and outcome of ${describe(run.scope)} failed; the client gets 503, and its retry ` +
+          `gets the outcome if the commit went through after all, or runs again: ${error}`,
+      );
+      // If the commit did go through, the record is completed and this release finds nothing to do.
+      await this.finalize(run.claim, undefined, policy);
+      return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    }
+  }
+
+  /**
+   * Stores the outcome (or releases the claim when there is none to store). A failure does not hold the
+   * response: the finalize is retried in the background with a bounded exponential backoff.
+   */
+  private async finalize(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy): Promise<void> {
+    try {
+      await this.finalizeOnce(claim, response, policy);
+    } catch (error) {
+      this.logger.warn(`Finalizing ${describe(claim.scope)} failed (${error}); retrying in the background.`);
+      void this.retryFinalize(claim, response, policy);
+    }
+  }
+
+  private async retryFinalize(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy) {
+    let lastError: unknown;
+    for (let retry = 0; retry < policy.finalizeRetries; retry += 1) {
+      await delay(FINALIZE_BACKOFF_MS * 2 ** retry, undefined, { ref: false });
+      try {
+        await this.finalizeOnce(claim, response, policy);
+        this.logger.log(`Finalizing ${describe(claim.scope)} succeeded on retry ${retry + 1}.`);
+        return;
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    this.logger.error(
+      `Gave up finalizing ${describe(claim.scope)} after ${policy.finalizeRetries} retries (${lastError}). The key stays ` +
+        `in progress: retries get 409 until its lease lapses, then the first one runs the handler again.`,
+    );
+  }
+
+  private async finalizeOnce(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy) {
+    const what = response ? 'storing the outcome' : 'releasing the claim';
+    const held = await withTimeout(
+      response ? this.store.complete(claim, response, policy.ttlSeconds) : this.store.release(claim),
+      policy,
+      what,
+    );
+    if (!held) {
+      this.logger.warn(
+        `The claim on ${describe(claim.scope)} was taken over by another attempt; this attempt's outcome was not ${
+          response ? 'stored' : 'released'
+        }.`,
+      );
     }
   }
 }

@@ -2,7 +2,9 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
-export { IdempotencyService, type IdempotencyDecision } from './idempotency.service.js';
+export { IdempotencyService, type AttemptOutcome, type IdempotencyDecision } from './idempotency.service.js';
+export { IdempotencyContext } from './idempotency-context.js';
+export { IdempotencyRun } from './idempotency-run.js';
 export { IDEMPOTENCY_STORE } from './idempotency.constants.js';
 export type {
   AccountResolver,
@@ -20,6 +22,7 @@ export type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreTransaction,
 } from './idempotency-store.interface.js';
 export { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';

@@ -1,4 +1,5 @@
-import type { DataSource } from 'typeorm';
+import { createHash } from 'node:crypto';
+import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
 import type {
   ClaimResult,
   ClaimTiming,
@@ -7,6 +8,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreTransaction,
 } from './idempotency-store.interface.js';
 
 /** Quotes a table name, optionally schema-qualified, as a PostgreSQL identifier. */
@@ -19,6 +21,7 @@ export function quoteTableName(tableName: string): string {
 
 interface ClaimRow {
   claimed: boolean;
+  takeover: boolean | null;
   fingerprint: string | null;
   status: 'in_progress' | 'completed' | null;
   response_status: number | null;
@@ -37,49 +40,65 @@ const CLAIM_ATTEMPTS = 5;
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly claimSql: string;
+  private readonly renewSql: string;
   private readonly completeSql: string;
   private readonly releaseSql: string;
   private readonly purgeSql: string;
+  private readonly changes: ChangeListener;
 
   constructor(
     private readonly dataSource: DataSource,
     tableName: string,
   ) {
     const table = quoteTableName(tableName);
+    const channel = `${tableName.split('.').pop()}_changes`;
+    this.changes = new ChangeListener(dataSource, channel);
     const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
+    const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
+    // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits).
+    const notifying = (statement: string) =>
+      countingRows(`${statement}`, `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3))`);
+
     // One statement, one round trip: claim a new key, or take over an expired record or a lapsed lease
     // of the same request; otherwise return the record that holds the scope.
     this.claimSql = `
       WITH claimed AS (
-        INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt,
+        INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
                                    created_at, locked_until, expires_at)
-        VALUES ($1, $2, $3, $4, 'in_progress', $5, now(),
+        VALUES ($1, $2, $3, $4, 'in_progress', $5, 1, now(),
                 now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8))
         ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
           fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
+          attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
           created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
           completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
         WHERE r.expires_at <= now()
            OR (r.status = 'in_progress' AND r.locked_until <= now() AND r.fingerprint = EXCLUDED.fingerprint)
-        RETURNING 1
+        RETURNING attempts > 1 AS takeover
       )
-      SELECT true AS claimed, NULL::text AS fingerprint, NULL::text AS status, NULL::smallint AS response_status,
-             NULL::jsonb AS response_headers, NULL::bytea AS response_body
+      SELECT true AS claimed, takeover, NULL::text AS fingerprint, NULL::text AS status,
+             NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
       FROM claimed
       UNION ALL
-      SELECT false, fingerprint, status, response_status, response_headers, response_body
+      SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body
       FROM ${table}
       WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM claimed)
         -- A version the claim above could have taken is older than the one it saw: ask again.
         AND expires_at > now()
         AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4)`;
-    this.completeSql = countingRows(`
+    this.renewSql = countingRows(`
+      UPDATE ${table}
+      SET locked_until = now() + make_interval(secs => $5::float8),
+          expires_at = now() + make_interval(secs => $5::float8 + $6::float8)
+      WHERE ${held}
+      RETURNING 1`);
+    this.completeSql = notifying(`
       UPDATE ${table}
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
           completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
-      WHERE ${scope} AND attempt = $4 AND status = 'in_progress'
+      WHERE ${held}
       RETURNING 1`);
-    this.releaseSql = countingRows(`DELETE FROM ${table} WHERE ${scope} AND attempt = $4 AND status = 'in_progress' RETURNING 1`);
+    this.releaseSql = notifying(`DELETE FROM ${table} WHERE ${held} RETURNING 1`);
     // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
     this.purgeSql = countingRows(`
       DELETE FROM ${table}
@@ -101,15 +120,24 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       ]);
       const [row] = rows;
       if (!row) continue;
-      if (row.claimed) return { claimed: true };
+      if (row.claimed) return { claimed: true, takeover: row.takeover === true };
       return { claimed: false, existing: toExistingRecord(row) };
     }
     throw new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
   }
 
-  async complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number): Promise<boolean> {
-    const { scope, attempt } = claim;
-    const completed = await this.count(this.completeSql, [
+  async renew({ scope, attempt }: IdempotencyClaim, timing: ClaimTiming): Promise<boolean> {
+    const parameters = [scope.account, scope.endpoint, scope.key, attempt, timing.leaseSeconds, timing.ttlSeconds];
+    return (await this.count(this.renewSql, parameters)) === 1;
+  }
+
+  async complete(
+    { scope, attempt }: IdempotencyClaim,
+    response: StoredResponse,
+    ttlSeconds: number,
+    transaction?: StoreTransaction,
+  ): Promise<boolean> {
+    const parameters = [
       scope.account,
       scope.endpoint,
       scope.key,
@@ -118,28 +146,135 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       JSON.stringify(response.headers),
       response.body,
       ttlSeconds,
-    ]);
-    return completed === 1;
+    ];
+    return (await this.count(this.completeSql, parameters, transaction?.manager)) === 1;
   }
 
-  async release(claim: IdempotencyClaim): Promise<boolean> {
-    const { scope, attempt } = claim;
+  async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
     return (await this.count(this.releaseSql, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
+  }
+
+  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; cancel(): void } {
+    return this.changes.wait(scopeDigest(scope), timeoutMs);
+  }
+
+  async beginTransaction(): Promise<StoreTransaction> {
+    const runner = this.dataSource.createQueryRunner();
+    await runner.connect();
+    try {
+      await runner.startTransaction();
+    } catch (error) {
+      await runner.release();
+      throw error;
+    }
+    return new QueryRunnerTransaction(runner);
   }
 
   purgeExpired(batchSize: number): Promise<number> {
     return this.count(this.purgeSql, [batchSize]);
   }
 
-  private async count(sql: string, parameters: unknown[]): Promise<number> {
-    const [{ count }]: Array<{ count: number }> = await this.dataSource.query(sql, parameters);
+  /** Stops listening for changes; the store is unusable for waiting afterwards. */
+  async close(): Promise<void> {
+    await this.changes.close();
+  }
+
+  private async count(sql: string, parameters: unknown[], manager?: EntityManager): Promise<number> {
+    const [{ count }]: Array<{ count: number }> = await (manager ?? this.dataSource).query(sql, parameters);
     return count;
   }
 }
 
+class QueryRunnerTransaction implements StoreTransaction {
+  constructor(private readonly runner: QueryRunner) {}
+
+  get manager(): EntityManager {
+    return this.runner.manager;
+  }
+
+  async commit(): Promise<void> {
+    try {
+      await this.runner.commitTransaction();
+    } finally {
+      await this.runner.release();
+    }
+  }
+
+  async rollback(): Promise<void> {
+    try {
+      if (this.runner.isTransactionActive) await this.runner.rollbackTransaction();
+    } finally {
+      await this.runner.release();
+    }
+  }
+}
+
+/**
+ * One LISTEN connection per store, shared by every waiting attempt (no connection per waiter), opened on
+ * the first wait. A lost connection is opened again by the next wait; waiters it leaves behind time out.
+ */
+class ChangeListener {
+  private readonly waiters = new Map<string, Set<() => void>>();
+  private connection?: Promise<QueryRunner>;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly channel: string,
+  ) {}
+
+  wait(digest: string, timeoutMs: number): { changed: Promise<void>; cancel(): void } {
+    let wake!: () => void;
+    const changed = new Promise<void>((resolve) => (wake = resolve));
+    const timer = setTimeout(() => done(), timeoutMs);
+    const done = () => {
+      clearTimeout(timer);
+      this.waiters.get(digest)?.delete(done);
+      if (this.waiters.get(digest)?.size === 0) this.waiters.delete(digest);
+      wake();
+    };
+    if (!this.waiters.has(digest)) this.waiters.set(digest, new Set());
+    this.waiters.get(digest)?.add(done);
+    this.listen().catch(() => undefined); // without a listener, the waiter still ends at its timeout
+    return { changed, cancel: done };
+  }
+
+  async close(): Promise<void> {
+    const connection = this.connection;
+    this.connection = undefined;
+    if (connection) await (await connection.catch(() => undefined))?.release();
+  }
+
+  private listen(): Promise<QueryRunner> {
+    this.connection ??= (async () => {
+      const runner = this.dataSource.createQueryRunner();
+      const client = (await runner.connect()) as import('pg').PoolClient;
+      const lost = () => {
+        if (this.connection === connection) this.connection = undefined;
+      };
+      client.on('notification', (message) => {
+        for (const waiter of [...(this.waiters.get(message.payload ?? '') ?? [])]) waiter();
+      });
+      client.once('error', lost);
+      client.once('end', lost);
+      await runner.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
+      return runner;
+    })();
+    const connection = this.connection;
+    connection.catch(() => {
+      if (this.connection === connection) this.connection = undefined;
+    });
+    return connection;
+  }
+}
+
+/** The payload of a change notification: short, and the same on every instance. */
+function scopeDigest(scope: IdempotencyScope): string {
+  return createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
+}
+
 /** Wraps a data-modifying statement so that it answers with the number of rows it changed. */
-function countingRows(statement: string): string {
-  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed`;
+function countingRows(statement: string, forEachRow = 'SELECT 1'): string {
+  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed, LATERAL (${forEachRow}) AS each_row`;
 }
 
 function toExistingRecord(row: ClaimRow): ExistingRecord {

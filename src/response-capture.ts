@@ -20,15 +20,17 @@ type EndCallback = (error?: Error) => void;
 
 /**
  * Captures the response as it is written to the socket, whoever writes it (the handler's return value,
- * an exception filter, a passthrough `res`), and holds its body until `onEnd` has run: the outcome is
- * durable before the client can read it. The status and headers are flushed at once, so that code writing
- * after the end (a late exception filter) sees the response as sent, as it would without the capture.
- * A response written in several chunks is a stream and is not stored. `onEnd` must not reject.
+ * an exception filter, a passthrough `res`), and holds it until `onEnd` has run: the outcome is durable
+ * before the client can see it. While it is held, the response has ended for its writers: later writes,
+ * ends, status and header changes (an exception filter finishing a response that was already written) do
+ * not reach the client, as they would not after a real end. `onEnd` may answer with a replacement, sent
+ * instead (when the outcome could not be committed). A response written in several chunks is a stream:
+ * it is not stored, nor held. `onEnd` must not reject.
  */
 export function captureResponse(
   res: ServerResponse,
   options: CaptureOptions,
-  onEnd: (sent: SentResponse) => Promise<void>,
+  onEnd: (sent: SentResponse) => Promise<StoredResponse | undefined>,
 ): ResponseCapture {
   const originalWrite = res.write;
   const originalEnd = res.end;
@@ -41,19 +43,21 @@ export function captureResponse(
   } as ServerResponse['write'];
 
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    // While the body is held, the response has ended for its writers: later writes and ends (an exception
-    // filter finishing a response that was already written) do nothing, as they would after a real end.
     res.write = (() => false) as ServerResponse['write'];
     res.end = (() => res) as ServerResponse['end'];
     capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
     const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
-    if (!res.headersSent && !res.destroyed) res.flushHeaders();
-    void onEnd(sent).then(() => {
+    const held = { status: res.statusCode, headers: res.getHeaders() };
+    void onEnd(sent).then((replacement) => {
       res.write = originalWrite;
       res.end = originalEnd;
       try {
+        if (!res.headersSent) {
+          setStatusAndHeaders(res, replacement ?? held);
+          if (replacement) [chunk, encoding] = [replacement.body, undefined];
+        }
         originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
       } catch (error) {
         res.destroy(error as Error);
@@ -63,6 +67,12 @@ export function captureResponse(
   } as ServerResponse['end'];
 
   return capture;
+}
+
+function setStatusAndHeaders(res: ServerResponse, { status, headers }: { status: number; headers: OutgoingHttpHeaders }) {
+  res.statusCode = status;
+  for (const name of res.getHeaderNames()) if (!(name in headers)) res.removeHeader(name);
+  for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value);
 }
 
 function describeSent(

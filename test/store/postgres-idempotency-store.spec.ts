@@ -54,7 +54,7 @@ describe('claim', () => {
   it('claims a new key and commits an in-progress record with a lease on the database clock', async () => {
     const scope = newScope();
     const attempt = randomUUID();
-    await expect(store.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true });
+    await expect(store.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
     await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', attempt, fingerprint: 'fp', locked: true });
   });
 
@@ -82,8 +82,8 @@ describe('claim', () => {
   it('isolates accounts and endpoints: the same key in another scope is a new claim', async () => {
     const scope = newScope();
     await store.claim(scope, 'fp', randomUUID(), timing);
-    await expect(store.claim({ ...scope, account: 'acct_2' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true });
-    await expect(store.claim({ ...scope, endpoint: 'POST /v1/refunds' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true });
+    await expect(store.claim({ ...scope, account: 'acct_2' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true, takeover: false });
+    await expect(store.claim({ ...scope, endpoint: 'POST /v1/refunds' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true, takeover: false });
   });
 
   it('lets exactly one of several takers win a lapsed lease, and fences the attempt that lost it', async () => {
@@ -94,7 +94,7 @@ describe('claim', () => {
 
     const takers = Array.from({ length: 8 }, () => randomUUID());
     const results = await Promise.all(takers.map((attempt) => store.claim(scope, 'fp', attempt, timing)));
-    expect(results.filter((result) => result.claimed)).toHaveLength(1);
+    expect(results.filter((result) => result.claimed)).toEqual([{ claimed: true, takeover: true }]);
     const winner = takers[results.findIndex((result) => result.claimed)];
 
     await expect(store.complete({ scope, attempt: first }, response, 3600)).resolves.toBe(false);
@@ -121,7 +121,7 @@ describe('claim', () => {
     await db.query(`UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
 
     const results = await Promise.all(Array.from({ length: 8 }, () => store.claim(scope, 'a new request', randomUUID(), timing)));
-    expect(results.filter((result) => result.claimed)).toHaveLength(1);
+    expect(results.filter((result) => result.claimed)).toEqual([{ claimed: true, takeover: false }]);
     await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', fingerprint: 'a new request' });
   });
 });
@@ -186,7 +186,7 @@ describe('schema', () => {
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();
       const attempt = randomUUID();
-      await expect(custom.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true });
+      await expect(custom.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
       await expect(custom.complete({ scope, attempt }, response, 60)).resolves.toBe(true);
       await expect(db.query('SELECT count(*)::int AS n FROM billing.idem_keys')).resolves.toEqual([{ n: 1 }]);
       await expect(recordOf(scope)).resolves.toBeUndefined();
