@@ -32,10 +32,11 @@ export class AppModule {
           // Fail fast when the database is down, so requests get a 503 instead of hanging.
           extra: { max: 20, connectionTimeoutMillis: 3000 },
         }),
-        TypeOrmModule.forFeature([Charge]),
         IdempotencyModule.forRoot({
           ttlSeconds: config.ttlSeconds,
           leaseSeconds: config.leaseSeconds,
+          transactional: config.transactional,
+          inFlight: config.inFlight,
           accountResolver: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().account,
         }),
       ],

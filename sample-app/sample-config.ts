@@ -7,6 +7,10 @@ export interface SampleConfig {
   leaseSeconds: number;
   /** Latency of the fake payment provider per charge. */
   providerDelayMs: number;
+  /** Whether charges, refunds and PATCH commit their writes with their stored outcome. */
+  transactional: boolean;
+  /** What a request whose key is in progress gets: 409 at once, or the outcome after a short wait. */
+  inFlight: 'conflict' | 'wait';
 }
 
 export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');
@@ -18,7 +22,16 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     ttlSeconds: integer(env, 'IDEMPOTENCY_TTL_SECONDS', 24 * 60 * 60, 1),
     leaseSeconds: integer(env, 'IDEMPOTENCY_LEASE_SECONDS', 60, 1),
     providerDelayMs: integer(env, 'PROVIDER_DELAY_MS', 0, 0),
+    transactional: choice(env, 'IDEMPOTENCY_TRANSACTIONAL', ['true', 'false'], 'true') === 'true',
+    inFlight: choice(env, 'IDEMPOTENCY_IN_FLIGHT', ['conflict', 'wait'], 'conflict'),
   };
+}
+
+function choice<T extends string>(env: NodeJS.ProcessEnv, name: string, allowed: readonly T[], fallback: T): T {
+  const raw = env[name];
+  if (raw === undefined || raw === '') return fallback;
+  if (!(allowed as readonly string[]).includes(raw)) throw new Error(`${name} must be one of ${allowed.join(', ')}, got ${JSON.stringify(raw)}`);
+  return raw as T;
 }
 
 function integer(env: NodeJS.ProcessEnv, name: string, fallback: number, min: number): number {

@@ -174,9 +174,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return this.count(this.purgeSql, [batchSize]);
   }
 
-  /** Stops listening for changes; the store is unusable for waiting afterwards. */
+  /** Stops listening for changes, giving the listening connection back to the pool. */
   async close(): Promise<void> {
     await this.changes.close();
+  }
+
+  /** Nest calls this on shutdown, before the data source is destroyed. */
+  onModuleDestroy(): Promise<void> {
+    return this.close();
   }
 
   private async count(sql: string, parameters: unknown[], manager?: EntityManager): Promise<number> {

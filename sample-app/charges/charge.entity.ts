@@ -24,6 +24,9 @@ export class Charge {
   @Column({ type: 'text', nullable: true })
   source: string | null;
 
+  @Column({ name: 'provider_charge_id', type: 'text', nullable: true })
+  providerChargeId: string | null;
+
   @Column({ name: 'amount_refunded', type: 'integer', default: 0 })
   amountRefunded: number;
 

@@ -1,6 +1,7 @@
 import { HttpStatus, Inject, Injectable } from '@nestjs/common';
-import { InjectRepository } from '@nestjs/typeorm';
-import type { Repository } from 'typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyContext } from '../../src/index.js';
 import { ApiError } from '../api-errors.js';
 import { newId } from '../ids.js';
 import type { ChargeInput } from '../input.pipes.js';
@@ -10,14 +11,25 @@ import { Charge } from './charge.entity.js';
 @Injectable()
 export class ChargesService {
   constructor(
-    @InjectRepository(Charge) private readonly charges: Repository<Charge>,
+    @InjectDataSource() private readonly dataSource: DataSource,
     @Inject(PAYMENT_PROVIDER) private readonly provider: PaymentProvider,
+    private readonly idempotency: IdempotencyContext,
   ) {}
 
-  /** Charges the card through the provider, then records the charge. A declined card records nothing. */
+  /**
+   * Charges the card through the provider, then records the charge. The provider gets a key derived from the
+   * request's idempotency key, so a retry after a crash is not charged twice. A declined card records nothing.
+   */
   async create(account: string, input: ChargeInput): Promise<Charge> {
+    let providerChargeId: string;
     try {
-      await this.provider.charge({ account, amount: input.amount, currency: input.currency, source: input.source });
+      providerChargeId = await this.provider.charge({
+        account,
+        amount: input.amount,
+        currency: input.currency,
+        source: input.source,
+        idempotencyKey: this.idempotency.run?.deriveKey('provider'),
+      });
     } catch (error) {
       if (error instanceof CardDeclinedError) {
         throw new ApiError(HttpStatus.PAYMENT_REQUIRED, 'card_error', 'card_declined', error.message);
@@ -27,17 +39,18 @@ export class ChargesService {
       }
       throw error;
     }
-    return this.charges.save(
-      this.charges.create({ id: newId('ch'), account, status: 'succeeded', amountRefunded: 0, ...input }),
+    const manager = this.manager();
+    return manager.save(
+      manager.create(Charge, { id: newId('ch'), account, status: 'succeeded', amountRefunded: 0, providerChargeId, ...input }),
     );
   }
 
   list(account: string, limit: number): Promise<Charge[]> {
-    return this.charges.find({ where: { account }, order: { created: 'DESC', id: 'DESC' }, take: limit });
+    return this.manager().find(Charge, { where: { account }, order: { created: 'DESC', id: 'DESC' }, take: limit });
   }
 
   async get(account: string, id: string): Promise<Charge> {
-    const charge = await this.charges.findOneBy({ id, account });
+    const charge = await this.manager().findOneBy(Charge, { id, account });
     if (!charge) throw new ApiError(HttpStatus.NOT_FOUND, 'invalid_request_error', 'resource_missing', `No such charge: ${id}`);
     return charge;
   }
@@ -45,6 +58,11 @@ export class ChargesService {
   async updateDescription(account: string, id: string, description: string | null): Promise<Charge> {
     const charge = await this.get(account, id);
     charge.description = description;
-    return this.charges.save(charge);
+    return this.manager().save(charge);
+  }
+
+  /** Inside a transactional idempotent request, its transaction: the charge commits with the stored response. */
+  private manager(): EntityManager {
+    return this.idempotency.manager ?? this.dataSource.manager;
   }
 }

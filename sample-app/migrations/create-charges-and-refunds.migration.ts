@@ -13,6 +13,7 @@ export class CreateChargesAndRefunds1764633600001 implements MigrationInterface 
         status          text        NOT NULL,
         description     text,
         source          text,
+        provider_charge_id text,
         amount_refunded integer     NOT NULL DEFAULT 0 CHECK (amount_refunded BETWEEN 0 AND amount),
         created         timestamptz NOT NULL DEFAULT clock_timestamp()
       )`);
@@ -25,9 +26,20 @@ export class CreateChargesAndRefunds1764633600001 implements MigrationInterface 
         amount    integer     NOT NULL CHECK (amount > 0),
         created   timestamptz NOT NULL DEFAULT clock_timestamp()
       )`);
+    // The fake payment provider's own ledger: an external system's state, outside the app's transactions.
+    await queryRunner.query(`
+      CREATE TABLE provider_charges (
+        id              text        PRIMARY KEY,
+        idempotency_key text        UNIQUE,
+        account         text        NOT NULL,
+        amount          integer     NOT NULL,
+        currency        varchar(3)  NOT NULL,
+        created         timestamptz NOT NULL DEFAULT clock_timestamp()
+      )`);
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query('DROP TABLE provider_charges');
     await queryRunner.query('DROP TABLE refunds');
     await queryRunner.query('DROP TABLE charges');
   }

@@ -1,6 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import type { DataSource, EntityManager } from 'typeorm';
+import { IdempotencyContext } from '../../src/index.js';
 import { invalidRequest } from '../api-errors.js';
 import { Charge } from '../charges/charge.entity.js';
 import { newId } from '../ids.js';
@@ -9,11 +10,17 @@ import { Refund } from './refund.entity.js';
 
 @Injectable()
 export class RefundsService {
-  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
 
-  /** Refunds `amount` (default: what is left) of one of the account's charges; never more than is left. */
+  /**
+   * Refunds `amount` (default: what is left) of one of the account's charges; never more than is left.
+   * Inside a transactional idempotent request, it runs in that request's transaction.
+   */
   create(account: string, input: RefundInput): Promise<Refund> {
-    return this.dataSource.transaction(async (manager) => {
+    const refund = async (manager: EntityManager) => {
       const charge = await manager.findOne(Charge, { where: { id: input.charge, account }, lock: { mode: 'pessimistic_write' } });
       if (!charge) throw invalidRequest(`No such charge: ${input.charge}`, 'charge');
       const left = charge.amount - charge.amountRefunded;
@@ -23,6 +30,8 @@ export class RefundsService {
       charge.amountRefunded += amount;
       await manager.save(charge);
       return manager.save(manager.create(Refund, { id: newId('re'), account, chargeId: charge.id, amount }));
-    });
+    };
+    const { manager } = this.idempotency;
+    return manager ? refund(manager) : this.dataSource.transaction(refund);
   }
 }

@@ -2,13 +2,17 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { ALICE, BOB, post, postCharge, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import type { PaymentProvider } from '../../sample-app/payment-provider.js';
-import { FakePaymentProvider } from '../../sample-app/payment-provider.js';
+import {
+  CardDeclinedError,
+  type PaymentProvider,
+  type ProviderCharge,
+  ProviderUnavailableError,
+} from '../../sample-app/payment-provider.js';
 
-/** A provider whose next charge waits until the test opens the gate. */
+/** A provider whose next charge waits until the test opens the gate; it declines and fails like the fake one. */
 class GatedPaymentProvider implements PaymentProvider {
-  private readonly fake = new FakePaymentProvider({ databaseUrl: '', port: 0, ttlSeconds: 1, leaseSeconds: 1, providerDelayMs: 0 });
   private gate?: { reached: () => void; opened: Promise<void> };
+  charges = 0;
 
   /** Resolves when a charge reaches the provider; that charge waits for `open()`. */
   holdNextCharge(): { reached: Promise<void>; open: () => void } {
@@ -19,14 +23,17 @@ class GatedPaymentProvider implements PaymentProvider {
     return { reached: reachedPromise, open };
   }
 
-  async charge(charge: Parameters<PaymentProvider['charge']>[0]): Promise<void> {
+  async charge({ source }: ProviderCharge): Promise<string> {
     const gate = this.gate;
     this.gate = undefined;
     if (gate) {
       gate.reached();
       await gate.opened;
     }
-    await this.fake.charge(charge);
+    if (source === 'tok_chargeDeclined') throw new CardDeclinedError('Your card was declined.');
+    if (source === 'tok_providerDown') throw new ProviderUnavailableError('The payment provider is unavailable.');
+    this.charges += 1;
+    return `py_${this.charges}`;
   }
 }
 

@@ -7,8 +7,9 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database.
 /** Counts the charges that reach the provider: none may while no claim can be made. */
 class CountingPaymentProvider implements PaymentProvider {
   calls = 0;
-  async charge(): Promise<void> {
+  async charge(): Promise<string> {
     this.calls += 1;
+    return `py_${this.calls}`;
   }
 }
 

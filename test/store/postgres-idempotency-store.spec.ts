@@ -46,6 +46,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  await store?.close();
   await dataSource?.destroy();
   await db?.drop();
 });
@@ -228,5 +229,73 @@ describe('claim racing a takeover', () => {
     } finally {
       await x.end();
     }
+  });
+});
+
+describe('renew', () => {
+  it('extends the lease of a held claim only', async () => {
+    const scope = newScope();
+    const attempt = randomUUID();
+    await store.claim(scope, 'fp', attempt, { leaseSeconds: 1, ttlSeconds: 60 });
+    await expect(store.renew({ scope, attempt }, { leaseSeconds: 600, ttlSeconds: 60 })).resolves.toBe(true);
+    const [{ lease }] = await db.query<{ lease: number }>(
+      'SELECT extract(epoch FROM locked_until - now())::int AS lease FROM idempotency_records WHERE idempotency_key = $1',
+      [scope.key],
+    );
+    expect(lease).toBeGreaterThan(500);
+    await expect(store.renew({ scope, attempt: randomUUID() }, timing)).resolves.toBe(false);
+  });
+});
+
+describe('transactions', () => {
+  it('stores the outcome with the transaction: nothing before the commit, nothing after a rollback', async () => {
+    await db.query('CREATE TABLE IF NOT EXISTS work_done (key text PRIMARY KEY)');
+    for (const ending of ['commit', 'rollback'] as const) {
+      const scope = newScope();
+      const attempt = randomUUID();
+      await store.claim(scope, 'fp', attempt, timing);
+      const transaction = await store.beginTransaction();
+      await transaction.manager.query('INSERT INTO work_done (key) VALUES ($1)', [scope.key]);
+      await expect(store.complete({ scope, attempt }, response, 3600, transaction)).resolves.toBe(true);
+      await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress' });
+      await transaction[ending]();
+      const work = await db.query('SELECT 1 FROM work_done WHERE key = $1', [scope.key]);
+      if (ending === 'commit') {
+        await expect(recordOf(scope)).resolves.toMatchObject({ status: 'completed' });
+        expect(work).toHaveLength(1);
+      } else {
+        await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress' });
+        expect(work).toHaveLength(0);
+      }
+    }
+  });
+});
+
+describe('waitForChange', () => {
+  it('wakes the waiters of a scope when its outcome is stored or its claim released, not others', async () => {
+    for (const end of ['complete', 'release'] as const) {
+      const scope = newScope();
+      const other = newScope();
+      const attempt = randomUUID();
+      await store.claim(scope, 'fp', attempt, timing);
+      const waiting = store.waitForChange(scope, 30_000);
+      const otherWaiting = store.waitForChange(other, 30_000);
+      let otherWoken = false;
+      void otherWaiting.changed.then(() => (otherWoken = true));
+      // Give the listener its first connection before the change (a real waiter claims first, which takes longer).
+      await waitFor(
+        async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`))[0],
+        'the listener',
+      );
+      if (end === 'complete') await store.complete({ scope, attempt }, response, 60);
+      else await store.release({ scope, attempt });
+      await waiting.changed;
+      expect(otherWoken).toBe(false);
+      otherWaiting.cancel();
+    }
+  });
+
+  it('ends at its timeout when nothing changes', async () => {
+    await expect(store.waitForChange(newScope(), 50).changed).resolves.toBeUndefined();
   });
 });
