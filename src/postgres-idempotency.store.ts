@@ -259,8 +259,8 @@ class ChangeListener {
       client.on('notification', (message) => {
         for (const waiter of [...(this.waiters.get(message.payload ?? '') ?? [])]) waiter();
       });
-      client.once('error', lost);
-      client.once('end', lost);
+      client.on('error', lost);
+      client.on('end', lost);
       await runner.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
       return runner;
     })();

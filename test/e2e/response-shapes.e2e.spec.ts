@@ -1,6 +1,5 @@
 import { randomUUID } from 'node:crypto';
 import {
-  ConsoleLogger,
   Controller,
   Delete,
   Header,
@@ -22,6 +21,8 @@ import { request as httpRequest } from 'node:http';
 import pg from 'pg';
 import { CreateIdempotencyRecords, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { waitFor } from '../support/wait-for.js';
 
 /** Every route answers with how many times its handler ran, so a replay shows the first run's number. */
@@ -105,26 +106,6 @@ class ShapesController {
   }
 }
 
-/** A gate a handler waits at until the test opens it; it also tells when the handler's client has gone. */
-class Gate {
-  private open!: () => void;
-  private arrived!: () => void;
-  private gone!: () => void;
-  readonly opened = new Promise<void>((resolve) => (this.open = resolve));
-  readonly reached = new Promise<void>((resolve) => (this.arrived = resolve));
-  readonly clientGone = new Promise<void>((resolve) => (this.gone = resolve));
-
-  async pass(request: Request): Promise<void> {
-    request.socket.once('close', () => this.gone());
-    this.arrived();
-    await this.opened;
-  }
-
-  release(): void {
-    this.open();
-  }
-}
-
 let gate = new Gate();
 
 /** Replaces the method with a wrapper, as tracing or logging decorators do: the wrapper's name differs. */
@@ -182,18 +163,6 @@ class IdempotentChild extends BaseController {}
 @Controller('inherited-plain')
 class PlainChild extends BaseController {}
 
-class RecordingLogger extends ConsoleLogger {
-  readonly warnings: string[] = [];
-  readonly errors: string[] = [];
-  override warn(message: unknown, ...rest: unknown[]): void {
-    this.warnings.push([message, ...rest].map(String).join(' '));
-  }
-  override log(): void {}
-  override error(message: unknown, ...rest: unknown[]): void {
-    this.errors.push([message, ...rest].map(String).join(' '));
-  }
-}
-
 let db: TestDatabase;
 let app: INestApplication;
 let url: string;
@@ -222,6 +191,7 @@ beforeAll(async () => {
 });
 
 afterAll(async () => {
+  gate.release(); // a failed test may leave a handler waiting at it
   await app?.close();
   await db?.drop();
 });

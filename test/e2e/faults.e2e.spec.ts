@@ -1,0 +1,358 @@
+import { randomUUID } from 'node:crypto';
+import { Body, Controller, HttpException, type INestApplication, Post, Req } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import type { Request } from 'express';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import {
+  CreateIdempotencyRecords,
+  IdempotencyContext,
+  Idempotent,
+  IdempotencyModule,
+  IdempotencyRun,
+  sha256Fingerprint,
+} from '../../src/index.js';
+import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+/** The gate the next request to a gated route waits at (each gate holds one request). */
+let nextGate: Gate | undefined;
+const gates: Gate[] = [];
+const passGate = (req: Request) => {
+  const gate = nextGate;
+  nextGate = undefined;
+  return gate?.pass(req);
+};
+const holdNext = () => {
+  nextGate = new Gate();
+  gates.push(nextGate);
+  return nextGate;
+};
+
+interface WriteBody {
+  fail?: 'declined' | 'error';
+  gated?: boolean;
+}
+
+@Controller('tx')
+@Idempotent({ transactional: true })
+class TransactionalController {
+  constructor(private readonly context: IdempotencyContext) {}
+
+  /** Writes a row in the request's transaction, then answers as asked. */
+  @Post('write')
+  async write(@Body() body: WriteBody, @Req() req: Request) {
+    const { manager, run } = this.context;
+    const [{ id }] = await manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [run!.key]);
+    if (body.gated) await passGate(req);
+    if (body.fail === 'declined') throw new HttpException({ error: 'card_declined' }, 402);
+    if (body.fail === 'error') throw new Error('the handler failed after writing');
+    return { id };
+  }
+
+  /** Breaks a constraint checked only at commit: the outcome cannot be committed. */
+  @Post('fails-at-commit')
+  async failsAtCommit() {
+    await this.context.manager!.query('INSERT INTO checked_at_commit (v) VALUES (1), (1)');
+    return { committed: 'never' };
+  }
+
+  @Post('context')
+  context_() {
+    const run = this.context.run!;
+    return { key: run.key, account: run.scope.account, takeover: run.takeover, provider: this.context.deriveKey('provider') };
+  }
+
+  /** A hung handler: it outlives its maximum hold. */
+  @Post('hung')
+  @Idempotent({ maxHoldSeconds: 1 })
+  async hung(@Req() req: Request) {
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    await passGate(req);
+    return { id };
+  }
+}
+
+@Controller('std')
+@Idempotent()
+class StandardController {
+  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+
+  @Post('write')
+  async write(@Req() req: Request) {
+    const [{ id }] = await this.dataSource.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [req.header('idempotency-key')]);
+    await passGate(req);
+    return { id };
+  }
+
+  @Post('wait')
+  @Idempotent({ inFlight: 'wait' })
+  async wait(@Req() req: Request) {
+    return this.write(req);
+  }
+}
+
+let db: TestDatabase;
+let proxy: TcpProxy;
+let app: INestApplication;
+let url: string;
+const logger = new RecordingLogger();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
+  await db.query('CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)');
+  proxy = await TcpProxy.to(db.url);
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: proxy.urlFor(db.url),
+        migrations: [CreateIdempotencyRecords],
+        migrationsRun: true,
+        extra: { connectionTimeoutMillis: 1000 },
+      }),
+      IdempotencyModule.forRoot({
+        accountResolver: () => 'acct',
+        leaseSeconds: 1,
+        storeTimeoutSeconds: 2,
+        inFlightWaitSeconds: 2,
+        finalizeRetries: 3,
+      }),
+    ],
+    controllers: [TransactionalController, StandardController],
+  }).compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
+  await app.listen(0, '127.0.0.1');
+  url = await app.getUrl();
+});
+
+afterAll(async () => {
+  proxy?.bringUp();
+  // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
+  for (const gate of gates) gate.release();
+  await app?.close();
+  await proxy?.close();
+  await db?.drop();
+});
+
+const post = (path: string, key: string, body: object = {}) =>
+  request(url).post(path).set('Idempotency-Key', key).send(body);
+const rowsOf = async (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+const recordOf = async (key: string) =>
+  (await db.query<{ status: string; response_status: number | null }>(
+    'SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1',
+    [key],
+  ))[0];
+
+describe('transactional mode', () => {
+  it('commits the handler\'s writes and the stored response together', async () => {
+    const key = randomUUID();
+    const first = await post('/tx/write', key).expect(201);
+    await expect(rowsOf(key)).resolves.toEqual([{ id: first.body.id }]);
+    await expect(recordOf(key)).resolves.toEqual({ status: 'completed', response_status: 201 });
+    const replay = await post('/tx/write', key).expect(201);
+    expect(replay.text).toBe(first.text);
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('rolls the writes back on a final error (402), and stores and replays that error', async () => {
+    const key = randomUUID();
+    await post('/tx/write', key, { fail: 'declined' }).expect(402);
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    await expect(recordOf(key)).resolves.toEqual({ status: 'completed', response_status: 402 });
+    const replay = await post('/tx/write', key, { fail: 'declined' }).expect(402);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+  });
+
+  it('rolls the writes back and releases the claim on an unexpected error, so a retry runs again', async () => {
+    const key = randomUUID();
+    await post('/tx/write', key, { fail: 'error' }).expect(500);
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    await expect(recordOf(key)).resolves.toBeUndefined();
+  });
+
+  it('answers 503 instead of the handler\'s response when the commit fails, keeping nothing', async () => {
+    const key = randomUUID();
+    const response = await post('/tx/fails-at-commit', key).expect(503);
+    expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
+    expect(response.headers['retry-after']).toBe('2');
+    await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+    await expect(recordOf(key)).resolves.toBeUndefined();
+  });
+
+  it('tells the handler its key, scope and a stable derived key for downstream calls', async () => {
+    const [a, b] = [randomUUID(), randomUUID()];
+    const first = await post('/tx/context', a).expect(201);
+    expect(first.body).toMatchObject({ key: a, account: 'acct', takeover: false });
+    const other = await post('/tx/context', b).expect(201);
+    expect(other.body.provider).not.toBe(first.body.provider);
+    expect(first.body.provider).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+
+  it('tells the handler when it took the key over from an attempt whose lease lapsed, with the same derived key', async () => {
+    const key = randomUUID();
+    const fingerprint = sha256Fingerprint({ method: 'POST', url: '/tx/context', body: Buffer.from('{}') });
+    await db.query(
+      `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
+       VALUES ('acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
+      [key, fingerprint],
+    );
+    const takeover = await post('/tx/context', key).expect(201);
+    expect(takeover.body.takeover).toBe(true);
+    const anyAttempt = new IdempotencyRun({ scope: { account: 'acct', endpoint: 'POST /tx/context', key }, attempt: randomUUID() }, false);
+    expect(takeover.body.provider).toBe(anyAttempt.deriveKey('provider'));
+    const fresh = await post('/tx/context', randomUUID()).expect(201);
+    expect(fresh.body.takeover).toBe(false);
+  });
+});
+
+describe('in-flight waiting (inFlight: wait)', () => {
+  it('gives a concurrent request the first attempt\'s outcome once it is stored, instead of 409', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/std/wait', key).then((response) => response);
+    await gate.reached;
+    const second = post('/std/wait', key).then((response) => response);
+    await waitFor(
+      async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`))[0],
+      'the waiting request to listen',
+    );
+    gate.release();
+    const [a, b] = await Promise.all([first, second]);
+    expect(a.status).toBe(201);
+    expect(b.status).toBe(201);
+    expect(b.headers['idempotent-replay']).toBe('true');
+    expect(b.text).toBe(a.text);
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('answers 409 once the wait is over and the first attempt is still running', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/std/wait', key).then((response) => response);
+    await gate.reached;
+    const second = await post('/std/wait', key).expect(409);
+    expect(second.body.error).toBe('request_in_progress');
+    gate.release();
+    expect((await first).status).toBe(201);
+  });
+});
+
+describe('leases', () => {
+  it('are renewed while a slow handler runs: past its first lease, the key is still held', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/std/write', key).then((response) => response);
+    await gate.reached;
+    // Past the first lease (1 s) by the database clock, and renewed meanwhile.
+    await waitFor(async () => {
+      const [row] = await db.query<{ renewed: boolean }>(
+        `SELECT now() > created_at + interval '1.2 seconds' AND locked_until > now() AS renewed
+         FROM idempotency_records WHERE idempotency_key = $1`,
+        [key],
+      );
+      return row?.renewed ? true : undefined;
+    }, 'the lease to be renewed past its first term');
+    await post('/std/write', key).expect(409);
+    gate.release();
+    expect((await first).status).toBe(201);
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('stop being renewed after maxHoldSeconds; a retry takes the key over, and the hung attempt is fenced off', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const hung = post('/tx/hung', key).then((response) => response);
+    await gate.reached;
+    const taker = await waitFor(async () => {
+      const response = await post('/tx/hung', key);
+      return response.status === 409 ? undefined : response;
+    }, 'the hung attempt\'s lease to lapse');
+    expect(taker.status).toBe(201);
+
+    gate.release();
+    const late = await hung;
+    // The hung attempt cannot store its outcome: its client is told to retry, and its writes are rolled back.
+    expect(late.status).toBe(409);
+    await expect(rowsOf(key)).resolves.toEqual([{ id: taker.body.id }]);
+    const replay = await post('/tx/hung', key).expect(201);
+    expect(replay.body).toEqual(taker.body);
+    expect(logger.warnings.some((warning) => warning.includes('maxHoldSeconds'))).toBe(true);
+  });
+});
+
+describe('when the database goes away', () => {
+  afterEach(() => proxy.bringUp());
+
+  it('refuses requests with 503 at the claim without running the handler, and recovers by itself', async () => {
+    const key = randomUUID();
+    proxy.takeDown();
+    const refused = await post('/std/write', key).expect(503);
+    expect(refused.body.error).toBe('idempotency_store_unavailable');
+    expect(refused.headers['retry-after']).toBe('2');
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    proxy.bringUp();
+    await waitFor(async () => ((await post('/std/write', key)).status === 201 ? true : undefined), 'the app to recover');
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('still answers when it is lost after the work (standard mode), and stores the outcome once it is back', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/std/write', key).then((response) => response);
+    await gate.reached;
+    proxy.takeDown();
+    gate.release();
+    const answered = await first;
+    expect(answered.status).toBe(201);
+    proxy.bringUp();
+    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the finalize retry');
+    const replay = await post('/std/write', key).expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.text).toBe(answered.text);
+  });
+
+  it('gives up finalizing after finalizeRetries, says so, and the key runs again once its lease lapses', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/std/write', key).then((response) => response);
+    await gate.reached;
+    proxy.takeDown();
+    gate.release();
+    expect((await first).status).toBe(201);
+    await waitFor(async () => (logger.errors.some((error) => error.includes('Gave up finalizing') && error.includes(key)) ? true : undefined), 'the finalize to give up');
+    proxy.bringUp();
+    await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
+    const rerun = await waitFor(async () => {
+      const response = await post('/std/write', key);
+      return response.status === 409 || response.status === 503 ? undefined : response;
+    }, 'the lease to lapse');
+    expect(rerun.status).toBe(201);
+    expect(rerun.headers['idempotent-replay']).toBeUndefined();
+    await expect(rowsOf(key)).resolves.toHaveLength(2);
+  });
+
+  it('answers 503 in transactional mode when it is lost before the commit, keeping nothing; the retry runs once', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/tx/write', key, { gated: true }).then((response) => response);
+    await gate.reached;
+    proxy.takeDown();
+    gate.release();
+    const refused = await first;
+    expect(refused.status).toBe(503);
+    proxy.bringUp();
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    const retry = await waitFor(async () => {
+      const response = await post('/tx/write', key, { gated: true });
+      return response.status === 409 || response.status === 503 ? undefined : response;
+    }, 'the retry to run');
+    expect(retry.status).toBe(201);
+    await expect(rowsOf(key)).resolves.toEqual([{ id: retry.body.id }]);
+  });
+});

@@ -1,0 +1,63 @@
+import { connect, createServer, type Socket } from 'node:net';
+
+/**
+ * A TCP proxy in front of the test database, to take it away from the app and give it back: while down,
+ * every connection is cut and new ones are closed as soon as they open.
+ */
+export class TcpProxy {
+  private readonly sockets = new Set<Socket>();
+  private down = false;
+  private readonly server = createServer((client) => {
+    if (this.down) {
+      client.destroy();
+      return;
+    }
+    const upstream = connect(this.targetPort, this.targetHost);
+    for (const socket of [client, upstream]) {
+      this.sockets.add(socket);
+      socket.on('close', () => this.sockets.delete(socket));
+      socket.on('error', () => undefined);
+    }
+    client.pipe(upstream).pipe(client);
+    client.on('close', () => upstream.destroy());
+    upstream.on('close', () => client.destroy());
+  });
+
+  private constructor(
+    private readonly targetHost: string,
+    private readonly targetPort: number,
+  ) {}
+
+  /** A proxy to the server of `url`. */
+  static async to(url: string): Promise<TcpProxy> {
+    const target = new URL(url);
+    const proxy = new TcpProxy(target.hostname, Number(target.port || 5432));
+    await new Promise<void>((resolve) => proxy.server.listen(0, '127.0.0.1', resolve));
+    return proxy;
+  }
+
+  /** `url` with its host and port replaced by the proxy's. */
+  urlFor(url: string): string {
+    const address = this.server.address();
+    if (typeof address !== 'object' || !address) throw new Error('the proxy is not listening');
+    const proxied = new URL(url);
+    proxied.hostname = '127.0.0.1';
+    proxied.port = String(address.port);
+    return proxied.toString();
+  }
+
+  /** The database becomes unreachable: open connections are cut, new ones closed at once. */
+  takeDown(): void {
+    this.down = true;
+    for (const socket of this.sockets) socket.destroy();
+  }
+
+  bringUp(): void {
+    this.down = false;
+  }
+
+  async close(): Promise<void> {
+    this.takeDown();
+    await new Promise<void>((resolve) => this.server.close(() => resolve()));
+  }
+}
