@@ -1,57 +1,152 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { postCharge, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
+import pg from 'pg';
+import { postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
+/**
+ * A process of the sample app is SIGKILLed at each step of a charge; then a retry, after the lease lapses,
+ * goes to another instance. The steps are reached by holding database locks the step waits for.
+ */
+type Mode = 'standard' | 'transactional';
+type Step = 'after the claim' | 'after the provider charged' | 'during the finalize' | 'after the commit';
+
+interface Held {
+  charges: number;
+  providerCharges: number;
+  record: 'in_progress' | 'completed';
+}
+
+interface Expected {
+  /** What the database holds once the process is dead. */
+  held: Held;
+  /** What the retry gets, and what the database holds after it. */
+  retry: 'runs' | 'replays';
+  after: { charges: number; providerCharges: number };
+}
+
+const scenarios: Array<[Mode, Step, Expected]> = [
+  ['standard', 'after the claim', { held: { charges: 0, providerCharges: 0, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  ['transactional', 'after the claim', { held: { charges: 0, providerCharges: 0, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  // The provider's ledger dedupes the repeated call by the derived key: one provider charge either way.
+  ['standard', 'after the provider charged', { held: { charges: 0, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  ['transactional', 'after the provider charged', { held: { charges: 0, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  // Standard mode's window: the charge row committed, the outcome did not; the retry writes a second row.
+  ['standard', 'during the finalize', { held: { charges: 1, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 2, providerCharges: 1 } }],
+  // Transactional mode closes it: the charge row and the outcome commit together, or neither does.
+  ['transactional', 'during the finalize', { held: { charges: 0, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  ['standard', 'after the commit', { held: { charges: 1, providerCharges: 1, record: 'completed' }, retry: 'replays', after: { charges: 1, providerCharges: 1 } }],
+  ['transactional', 'after the commit', { held: { charges: 1, providerCharges: 1, record: 'completed' }, retry: 'replays', after: { charges: 1, providerCharges: 1 } }],
+];
+
 let db: TestDatabase;
+const survivors = new Map<Mode, RunningApp>();
 
 beforeAll(async () => {
   db = await createTestDatabase();
+  for (const mode of ['standard', 'transactional'] as const) {
+    survivors.set(mode, await startSampleApp({ databaseUrl: db.url, leaseSeconds: 1, transactional: mode === 'transactional' }));
+  }
 });
 
 afterAll(async () => {
+  for (const survivor of survivors.values()) await survivor.close();
   await db?.drop();
 });
 
-describe('a process killed mid-request', () => {
-  it('leaves the key in progress until its lease lapses; then a retry takes it over and charges exactly once', async () => {
-    const apiKey = 'sk_test_crash';
+/** A connection of the test's that holds a lock in an open transaction until it is let go. */
+async function holdLock(sql: string, params: unknown[] = []): Promise<{ letGo(): Promise<void> }> {
+  const client = new pg.Client({ connectionString: db.url });
+  await client.connect();
+  await client.query('BEGIN');
+  await client.query(sql, params);
+  return {
+    letGo: async () => {
+      await client.query('ROLLBACK');
+      await client.end();
+    },
+  };
+}
+
+const waitingOn = (queryStart: string) => async () =>
+  (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`${queryStart}%`]))[0];
+
+async function heldFor(account: string, key: string): Promise<Held> {
+  const [row] = await db.query<Held>(
+    `SELECT (SELECT count(*)::int FROM charges WHERE account = $1) AS charges,
+            (SELECT count(*)::int FROM provider_charges WHERE account = $1) AS "providerCharges",
+            (SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2) AS record`,
+    [account, key],
+  );
+  return row;
+}
+
+describe('a process SIGKILLed at each step of a charge', () => {
+  it.each(scenarios)('%s mode, %s', async (mode, step, expected) => {
+    const account = `sk_test_crash_${mode}_${step.replace(/ /g, '_')}`;
     const key = randomUUID();
     const charge = { amount: 700, currency: 'eur' };
-    // The provider call takes far longer than the test: the process dies inside the handler.
-    const doomed = await spawnSampleApp({ DATABASE_URL: db.url, PROVIDER_DELAY_MS: '600000', IDEMPOTENCY_LEASE_SECONDS: '1' });
-    const survivor = await startSampleApp({ databaseUrl: db.url, leaseSeconds: 1 });
+    const application = `doomed_${randomUUID().slice(0, 8)}`;
+    const doomedUrl = new URL(db.url);
+    doomedUrl.searchParams.set('application_name', application);
+    const doomed = await spawnSampleApp({
+      DATABASE_URL: doomedUrl.toString(),
+      IDEMPOTENCY_LEASE_SECONDS: '1',
+      IDEMPOTENCY_TRANSACTIONAL: String(mode === 'transactional'),
+      // After the claim, the provider call takes far longer than the test: the process dies inside it.
+      PROVIDER_DELAY_MS: step === 'after the claim' ? '600000' : '0',
+    });
+    const locks: Array<{ letGo(): Promise<void> }> = [];
     try {
-      const lost = postCharge(doomed.url, charge, key, apiKey).then(
+      if (step === 'after the provider charged' || step === 'during the finalize') {
+        locks.push(await holdLock('LOCK TABLE charges IN EXCLUSIVE MODE'));
+      }
+      const lost = postCharge(doomed.url, charge, key, account).then(
         () => 'answered',
         () => 'connection lost',
       );
-      await waitFor(
-        async () => (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND status = 'in_progress'`, [key]))[0],
-        'the claim of the first attempt',
-      );
+      const recordExists = async () =>
+        (await db.query('SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2', [account, key]))[0];
+      await waitFor(recordExists, 'the claim');
+      if (step === 'after the provider charged') {
+        await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
+      }
+      if (step === 'during the finalize') {
+        await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
+        locks.push(await holdLock('SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE', [account, key]));
+        await locks.shift()?.letGo();
+        await waitFor(waitingOn('WITH changed AS (\n      UPDATE'), 'the finalize to wait');
+      }
+      if (step === 'after the commit') {
+        await waitFor(async () => ((await recordExists())?.status === 'completed' ? true : undefined), 'the commit');
+      }
+
       const exited = once(doomed.child, 'exit');
       doomed.child.kill('SIGKILL');
       await exited;
-      await expect(lost).resolves.toBe('connection lost');
-      await expect(db.query('SELECT count(*)::int AS n FROM charges WHERE account = $1', [apiKey])).resolves.toEqual([{ n: 0 }]);
+      // Its sessions die with it, rolling back whatever it had not committed.
+      await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [application]);
+      for (const lock of locks.splice(0)) await lock.letGo();
+      // After the commit the answer may have gone out before the kill; before it, it cannot have.
+      const answer = await lost;
+      if (step !== 'after the commit') expect(answer).toBe('connection lost');
+      await expect(heldFor(account, key)).resolves.toEqual(expected.held);
 
-      // While the lease holds, the retry is told to wait; once it lapses (on the database clock), the retry runs.
+      const survivor = survivors.get(mode) as RunningApp;
       const retry = await waitFor(async () => {
-        const response = await postCharge(survivor.url, charge, key, apiKey);
-        if (response.status === 409) return undefined;
-        return response;
+        const response = await postCharge(survivor.url, charge, key, account);
+        return response.status === 409 ? undefined : response;
       }, 'the lease to lapse');
       expect(retry.status).toBe(201);
-      expect(retry.headers['idempotent-replay']).toBeUndefined();
-
-      const replay = await postCharge(survivor.url, charge, key, apiKey).expect(201);
-      expect(replay.body.id).toBe(retry.body.id);
-      await expect(db.query('SELECT id FROM charges WHERE account = $1', [apiKey])).resolves.toEqual([{ id: retry.body.id }]);
+      expect(retry.headers['idempotent-replay']).toBe(expected.retry === 'replays' ? 'true' : undefined);
+      const after = await heldFor(account, key);
+      expect(after).toEqual({ ...expected.after, record: 'completed' });
+      const ids = await db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
+      expect(ids.map((row) => row.id)).toContain(retry.body.id);
     } finally {
+      for (const lock of locks) await lock.letGo();
       await doomed.close();
-      await survivor.close();
     }
   });
 });
