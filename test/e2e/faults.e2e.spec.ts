@@ -149,6 +149,21 @@ const recordOf = async (key: string) =>
     [key],
   ))[0];
 
+/** Sends a request that waits at a gate inside its handler; resolves once it is there. */
+async function sendHeld(path: string, key: string, body: object = {}) {
+  const gate = holdNext();
+  const answer = post(path, key, body).then((response) => response);
+  await gate.reached;
+  return { gate, answer };
+}
+
+/** Retries until the key is no longer held by another attempt (409) or the store is back (503). */
+const retryUntilRun = (path: string, key: string, body: object = {}) =>
+  waitFor(async () => {
+    const response = await post(path, key, body);
+    return response.status === 409 || response.status === 503 ? undefined : response;
+  }, `a retry of ${path} to run`);
+
 describe('transactional mode', () => {
   it('commits the handler\'s writes and the stored response together', async () => {
     const key = randomUUID();
@@ -214,9 +229,7 @@ describe('transactional mode', () => {
 describe('in-flight waiting (inFlight: wait)', () => {
   it('gives a concurrent request the first attempt\'s outcome once it is stored, instead of 409', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/std/wait', key).then((response) => response);
-    await gate.reached;
+    const { gate, answer: first } = await sendHeld('/std/wait', key);
     const second = post('/std/wait', key).then((response) => response);
     await waitFor(
       async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`))[0],
@@ -233,9 +246,7 @@ describe('in-flight waiting (inFlight: wait)', () => {
 
   it('answers 409 once the wait is over and the first attempt is still running', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/std/wait', key).then((response) => response);
-    await gate.reached;
+    const { gate, answer: first } = await sendHeld('/std/wait', key);
     const second = await post('/std/wait', key).expect(409);
     expect(second.body.error).toBe('request_in_progress');
     gate.release();
@@ -246,9 +257,7 @@ describe('in-flight waiting (inFlight: wait)', () => {
 describe('leases', () => {
   it('are renewed while a slow handler runs: past its first lease, the key is still held', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/std/write', key).then((response) => response);
-    await gate.reached;
+    const { gate, answer: first } = await sendHeld('/std/write', key);
     // Past the first lease (1 s) by the database clock, and renewed meanwhile.
     await waitFor(async () => {
       const [row] = await db.query<{ renewed: boolean }>(
@@ -266,13 +275,8 @@ describe('leases', () => {
 
   it('stop being renewed after maxHoldSeconds; a retry takes the key over, and the hung attempt is fenced off', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const hung = post('/tx/hung', key).then((response) => response);
-    await gate.reached;
-    const taker = await waitFor(async () => {
-      const response = await post('/tx/hung', key);
-      return response.status === 409 ? undefined : response;
-    }, 'the hung attempt\'s lease to lapse');
+    const { gate, answer: hung } = await sendHeld('/tx/hung', key);
+    const taker = await retryUntilRun('/tx/hung', key);
     expect(taker.status).toBe(201);
 
     gate.release();
@@ -297,15 +301,13 @@ describe('when the database goes away', () => {
     expect(refused.headers['retry-after']).toBe('2');
     await expect(rowsOf(key)).resolves.toEqual([]);
     proxy.bringUp();
-    await waitFor(async () => ((await post('/std/write', key)).status === 201 ? true : undefined), 'the app to recover');
+    await retryUntilRun('/std/write', key);
     await expect(rowsOf(key)).resolves.toHaveLength(1);
   });
 
   it('still answers when it is lost after the work (standard mode), and stores the outcome once it is back', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/std/write', key).then((response) => response);
-    await gate.reached;
+    const { gate, answer: first } = await sendHeld('/std/write', key);
     proxy.takeDown();
     gate.release();
     const answered = await first;
@@ -319,19 +321,14 @@ describe('when the database goes away', () => {
 
   it('gives up finalizing after finalizeRetries, says so, and the key runs again once its lease lapses', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/std/write', key).then((response) => response);
-    await gate.reached;
+    const { gate, answer: first } = await sendHeld('/std/write', key);
     proxy.takeDown();
     gate.release();
     expect((await first).status).toBe(201);
     await waitFor(async () => (logger.errors.some((error) => error.includes('Gave up finalizing') && error.includes(key)) ? true : undefined), 'the finalize to give up');
     proxy.bringUp();
     await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
-    const rerun = await waitFor(async () => {
-      const response = await post('/std/write', key);
-      return response.status === 409 || response.status === 503 ? undefined : response;
-    }, 'the lease to lapse');
+    const rerun = await retryUntilRun('/std/write', key);
     expect(rerun.status).toBe(201);
     expect(rerun.headers['idempotent-replay']).toBeUndefined();
     await expect(rowsOf(key)).resolves.toHaveLength(2);
@@ -339,19 +336,14 @@ describe('when the database goes away', () => {
 
   it('answers 503 in transactional mode when it is lost before the commit, keeping nothing; the retry runs once', async () => {
     const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/tx/write', key, { gated: true }).then((response) => response);
-    await gate.reached;
+    const { gate, answer: first } = await sendHeld('/tx/write', key, { gated: true });
     proxy.takeDown();
     gate.release();
     const refused = await first;
     expect(refused.status).toBe(503);
     proxy.bringUp();
     await expect(rowsOf(key)).resolves.toEqual([]);
-    const retry = await waitFor(async () => {
-      const response = await post('/tx/write', key, { gated: true });
-      return response.status === 409 || response.status === 503 ? undefined : response;
-    }, 'the retry to run');
+    const retry = await retryUntilRun('/tx/write', key, { gated: true });
     expect(retry.status).toBe(201);
     await expect(rowsOf(key)).resolves.toEqual([{ id: retry.body.id }]);
   });
