@@ -1,0 +1,10 @@
+// The client half: runs in browsers and in Node (no Nest, TypeORM or Node-only imports).
+export { canonicalJson, createIdempotencyKey, deriveIdempotencyKey } from './idempotency-keys.js';
+export { backoffMs, retryAfterMs, type RetryOptions, withRetries } from './with-retries.js';
+export {
+  createIdempotentClient,
+  type IdempotentClientOptions,
+  idempotentFetch,
+  type IdempotentRequestInit,
+  type IdempotentResult,
+} from './idempotent-client.js';
