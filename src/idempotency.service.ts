@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Inject, Injectable, Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
@@ -9,8 +9,10 @@ import {
   RequestInProgressError,
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings } from './idempotency-policy.js';
+import { canonicalJson } from './client/idempotency-keys.js';
+import { IdempotencyContext } from './idempotency-context.js';
+import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { IdempotencyRun } from './idempotency-run.js';
 import type {
   ClaimResult,
@@ -22,6 +24,25 @@ import type {
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision = { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
+
+/** An operation outside HTTP (a queue message, a cron run, a workflow step) and its key. */
+export interface IdempotentOperation {
+  /** What the operation is, e.g. `payout`: keys are scoped by it, like HTTP keys by endpoint. */
+  name: string;
+  /** The operation's key: created once where the intent is formed, and persisted with it. */
+  key: string;
+  /** The tenant, as for HTTP. Default: none. */
+  account?: string;
+  /** What the operation does (JSON-serializable): the same key with another input is refused. Default: none. */
+  input?: unknown;
+}
+
+export interface ExecuteResult<T> {
+  /** The work's result, as stored (a JSON round trip): the same on the first run and on every replay. */
+  result: T;
+  /** The work ran in an earlier call; this one returned its stored result. */
+  replayed: boolean;
+}
 
 /** How an attempt's work ended. */
 export interface AttemptOutcome {
@@ -128,6 +149,38 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     await this.finalize(run.claim, storable, policy);
     return undefined;
+  }
+
+  /**
+   * Runs `work` once per operation key, for callers that are not HTTP requests, with the same claim,
+   * fingerprint comparison, lease, TTL and (with `transactional: true`) transaction as the HTTP routes:
+   * a completed operation returns its stored result; one still running throws `RequestInProgressError`;
+   * the same key with another input throws `IdempotencyKeyReuseError`. A failing `work` releases the key
+   * (its transaction rolls back) and its error is rethrown. `work` sees its run in `IdempotencyContext` too.
+   */
+  async execute<T>(
+    operation: IdempotentOperation,
+    work: (run: IdempotencyRun) => Promise<T>,
+    options: IdempotentOptions = {},
+  ): Promise<ExecuteResult<T>> {
+    const policy = resolvePolicy(this.options, options);
+    const scope = { account: operation.account ?? '', endpoint: `operation ${operation.name}`, key: operation.key };
+    const fingerprint = createHash('sha256').update(canonicalJson(operation.input ?? null)).digest('hex');
+    const decision = await this.begin(scope, fingerprint, policy);
+    if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
+
+    const { run } = decision;
+    let body: Buffer;
+    try {
+      body = Buffer.from(JSON.stringify((await IdempotencyContext.runWithin(run, () => work(run))) ?? null));
+    } catch (error) {
+      await this.finish(run, { response: undefined, failed: true }, policy);
+      throw error;
+    }
+    const response = { status: 200, headers: { 'content-type': 'application/json' }, body };
+    const refusal = await this.finish(run, { response, failed: false }, policy);
+    if (refusal) throw refusal;
+    return { result: parseResult<T>(response), replayed: false };
   }
 
   /** Deletes every expired record, one bounded batch per statement; returns how many it deleted. */
@@ -274,6 +327,10 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       );
     }
   }
+}
+
+function parseResult<T>(response: StoredResponse): T {
+  return JSON.parse(response.body.toString('utf8')) as T;
 }
 
 /** Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. */

@@ -2,7 +2,13 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './idempotency.interceptor.js';
-export { IdempotencyService, type AttemptOutcome, type IdempotencyDecision } from './idempotency.service.js';
+export {
+  type AttemptOutcome,
+  type ExecuteResult,
+  type IdempotencyDecision,
+  type IdempotentOperation,
+  IdempotencyService,
+} from './idempotency.service.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './idempotency-run.js';
 export { IDEMPOTENCY_STORE } from './idempotency.constants.js';

@@ -1,0 +1,113 @@
+import { randomUUID } from 'node:crypto';
+import type { INestApplicationContext } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import {
+  CreateIdempotencyRecords,
+  IdempotencyContext,
+  IdempotencyKeyReuseError,
+  IdempotencyModule,
+  IdempotencyService,
+  RequestInProgressError,
+} from '../../src/index.js';
+import { Gate } from '../support/gate.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+let db: TestDatabase;
+let context: INestApplicationContext;
+let service: IdempotencyService;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.query('CREATE TABLE payouts_made (key text PRIMARY KEY)');
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      IdempotencyModule.forRoot({ accountResolver: () => 'unused for operations' }),
+    ],
+  }).compile();
+  context = await moduleRef.init();
+  service = context.get(IdempotencyService);
+});
+
+afterAll(async () => {
+  await context?.close();
+  await db?.drop();
+});
+
+const payout = (key: string, input: object = { amount: 100 }) => ({ name: 'payout', account: 'acct_1', key, input });
+
+describe('IdempotencyService.execute', () => {
+  it('runs the work once and returns its stored result on every later call', async () => {
+    const key = randomUUID();
+    let runs = 0;
+    const work = async () => ({ payoutId: `po_${(runs += 1)}`, at: new Date('2026-12-02T00:00:00Z') });
+    const first = await service.execute(payout(key), work);
+    const second = await service.execute(payout(key), work);
+    expect(first).toEqual({ result: { payoutId: 'po_1', at: '2026-12-02T00:00:00.000Z' }, replayed: false });
+    expect(second).toEqual({ result: first.result, replayed: true });
+    expect(runs).toBe(1);
+  });
+
+  it('throws RequestInProgressError to a concurrent call while the work runs', async () => {
+    const key = randomUUID();
+    const gate = new Gate();
+    const first = service.execute(payout(key), async () => {
+      await gate.pass();
+      return 'done';
+    });
+    await gate.reached;
+    await expect(service.execute(payout(key), async () => 'second')).rejects.toBeInstanceOf(RequestInProgressError);
+    gate.release();
+    await expect(first).resolves.toEqual({ result: 'done', replayed: false });
+  });
+
+  it('throws IdempotencyKeyReuseError for the same key with another input', async () => {
+    const key = randomUUID();
+    await service.execute(payout(key, { amount: 100 }), async () => 'paid');
+    await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
+  });
+
+  it('scopes keys by operation name and account', async () => {
+    const key = randomUUID();
+    await service.execute(payout(key), async () => 'payout');
+    await expect(service.execute({ ...payout(key), name: 'refund' }, async () => 'refund')).resolves.toEqual({ result: 'refund', replayed: false });
+    await expect(service.execute({ ...payout(key), account: 'acct_2' }, async () => 'other')).resolves.toEqual({ result: 'other', replayed: false });
+  });
+
+  it('releases the key when the work fails, rolling back its transaction, so the next call runs again', async () => {
+    const key = randomUUID();
+    const failing = service.execute(
+      payout(key),
+      async (run) => {
+        await run.manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
+        throw new Error('the bank said no');
+      },
+      { transactional: true },
+    );
+    await expect(failing).rejects.toThrow('the bank said no');
+    await expect(db.query('SELECT * FROM payouts_made WHERE key = $1', [key])).resolves.toEqual([]);
+    const retried = await service.execute(
+      payout(key),
+      async (run) => {
+        await run.manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
+        return 'paid';
+      },
+      { transactional: true },
+    );
+    expect(retried).toEqual({ result: 'paid', replayed: false });
+    await expect(db.query('SELECT * FROM payouts_made WHERE key = $1', [key])).resolves.toEqual([{ key }]);
+  });
+
+  it('shows the work its run through IdempotencyContext', async () => {
+    const key = randomUUID();
+    const idempotency = context.get(IdempotencyContext);
+    const { result } = await service.execute(payout(key), async (run) => ({
+      sameRun: idempotency.run === run,
+      key: idempotency.run?.key,
+      derived: idempotency.deriveKey('bank'),
+    }));
+    expect(result).toMatchObject({ sameRun: true, key });
+    expect(result.derived).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+});
