@@ -7,14 +7,17 @@ import { Charge } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
 import { HealthController } from './health.controller.js';
-import { CreateChargesAndRefunds1764633600001 } from './migrations/create-charges-and-refunds.migration.js';
+import { CreateSampleSchema1764633600001 } from './migrations/create-sample-schema.migration.js';
 import { FakePaymentProvider, PAYMENT_PROVIDER, type PaymentProvider } from './payment-provider.js';
+import { PayoutJob } from './payouts/payout-job.entity.js';
+import { PayoutWorker } from './payouts/payout-worker.js';
+import { PayoutsController } from './payouts/payouts.controller.js';
 import { Refund } from './refunds/refund.entity.js';
 import { RefundsController } from './refunds/refunds.controller.js';
 import { RefundsService } from './refunds/refunds.service.js';
 import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
 
-export const SAMPLE_MIGRATIONS = [CreateIdempotencyRecords, CreateChargesAndRefunds1764633600001];
+export const SAMPLE_MIGRATIONS = [CreateIdempotencyRecords, CreateSampleSchema1764633600001];
 
 @Module({})
 export class AppModule {
@@ -26,7 +29,7 @@ export class AppModule {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: config.databaseUrl,
-          entities: [Charge, Refund],
+          entities: [Charge, Refund, PayoutJob],
           migrations: SAMPLE_MIGRATIONS,
           synchronize: false,
           // Fail fast when the database is down, so requests get a 503 instead of hanging.
@@ -40,7 +43,7 @@ export class AppModule {
           accountResolver: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().account,
         }),
       ],
-      controllers: [ChargesController, RefundsController, HealthController],
+      controllers: [ChargesController, RefundsController, PayoutsController, HealthController],
       providers: [
         { provide: SAMPLE_CONFIG, useValue: config },
         paymentProvider
@@ -49,6 +52,7 @@ export class AppModule {
         { provide: APP_GUARD, useClass: ApiKeyGuard },
         ChargesService,
         RefundsService,
+        PayoutWorker,
       ],
     };
   }

@@ -39,6 +39,20 @@ export class ChargeUpdatePipe implements PipeTransform<unknown, ChargeUpdate> {
   }
 }
 
+export interface PayoutInput {
+  amount: number;
+  currency: string;
+}
+
+/** Validates `POST /v1/payouts` bodies. */
+@Injectable()
+export class PayoutInputPipe implements PipeTransform<unknown, PayoutInput> {
+  transform(body: unknown): PayoutInput {
+    const { amount, currency } = new ChargeInputPipe().transform(body);
+    return { amount, currency };
+  }
+}
+
 export interface RefundInput {
   charge: string;
   amount: number | undefined;

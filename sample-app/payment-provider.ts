@@ -19,10 +19,20 @@ export interface ProviderCharge {
 export class CardDeclinedError extends Error {}
 export class ProviderUnavailableError extends Error {}
 
-/** The card network the charges go through. */
+export interface ProviderPayout {
+  account: string;
+  amount: number;
+  currency: string;
+  /** The provider pays out once per key, however often it is called with it. */
+  idempotencyKey?: string;
+}
+
+/** The card network the charges and payouts go through. */
 export interface PaymentProvider {
   /** Charges the card; returns the provider's id of the charge. */
   charge(charge: ProviderCharge): Promise<string>;
+  /** Pays money out to the account; returns the provider's id of the payout. */
+  payout(payout: ProviderPayout): Promise<string>;
 }
 
 /**
@@ -37,16 +47,26 @@ export class FakePaymentProvider implements PaymentProvider {
     @InjectDataSource() private readonly dataSource: DataSource,
   ) {}
 
-  async charge({ account, amount, currency, source, idempotencyKey }: ProviderCharge): Promise<string> {
+  async charge({ source, ...charge }: ProviderCharge): Promise<string> {
     if (this.config.providerDelayMs > 0) await delay(this.config.providerDelayMs);
     if (source === 'tok_chargeDeclined') throw new CardDeclinedError('Your card was declined.');
     if (source === 'tok_providerDown') throw new ProviderUnavailableError('The payment provider is unavailable.');
+    return this.record('provider_charges', 'py', charge);
+  }
+
+  async payout(payout: ProviderPayout): Promise<string> {
+    if (this.config.providerDelayMs > 0) await delay(this.config.providerDelayMs);
+    return this.record('provider_payouts', 'ppo', payout);
+  }
+
+  /** Writes to the provider's ledger, once per idempotency key: a repeated call gets the first id back. */
+  private async record(ledger: 'provider_charges' | 'provider_payouts', prefix: string, entry: ProviderPayout): Promise<string> {
     const [row]: Array<{ id: string }> = await this.dataSource.query(
-      `WITH charged AS (
-         INSERT INTO provider_charges (id, idempotency_key, account, amount, currency) VALUES ($1, $2, $3, $4, $5)
+      `WITH recorded AS (
+         INSERT INTO ${ledger} (id, idempotency_key, account, amount, currency) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)
-       SELECT id FROM charged UNION ALL SELECT id FROM provider_charges WHERE idempotency_key = $2`,
-      [newId('py'), idempotencyKey ?? null, account, amount, currency],
+       SELECT id FROM recorded UNION ALL SELECT id FROM ${ledger} WHERE idempotency_key = $2`,
+      [newId(prefix), entry.idempotencyKey ?? null, entry.account, entry.amount, entry.currency],
     );
     return row.id;
   }

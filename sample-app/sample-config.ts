@@ -11,6 +11,9 @@ export interface SampleConfig {
   transactional: boolean;
   /** What a request whose key is in progress gets: 409 at once, or the outcome after a short wait. */
   inFlight: 'conflict' | 'wait';
+  /** Whether this process pays pending payouts in the background, and how often it looks for them. */
+  payoutWorker: boolean;
+  payoutPollMs: number;
 }
 
 export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');
@@ -24,6 +27,8 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     providerDelayMs: integer(env, 'PROVIDER_DELAY_MS', 0, 0),
     transactional: choice(env, 'IDEMPOTENCY_TRANSACTIONAL', ['true', 'false'], 'true') === 'true',
     inFlight: choice(env, 'IDEMPOTENCY_IN_FLIGHT', ['conflict', 'wait'], 'conflict'),
+    payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
+    payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
   };
 }
 

@@ -35,6 +35,10 @@ class GatedPaymentProvider implements PaymentProvider {
     this.charges += 1;
     return `py_${this.charges}`;
   }
+
+  async payout(): Promise<string> {
+    throw new Error('this test makes no payouts');
+  }
 }
 
 const charge = { amount: 1200, currency: 'eur', description: 'Order 42' };

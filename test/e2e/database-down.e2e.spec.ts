@@ -11,6 +11,10 @@ class CountingPaymentProvider implements PaymentProvider {
     this.calls += 1;
     return `py_${this.calls}`;
   }
+
+  async payout(): Promise<string> {
+    throw new Error('this test makes no payouts');
+  }
 }
 
 let db: TestDatabase;
