@@ -1,4 +1,4 @@
-import { type DynamicModule, Module } from '@nestjs/common';
+import { type DynamicModule, type MiddlewareConsumer, Module, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { CreateIdempotencyRecords, IdempotencyModule } from '../src/index.js';
@@ -7,6 +7,8 @@ import { Charge } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
 import { HealthController } from './health.controller.js';
+import { DropFirstResponseMiddleware } from './page/drop-first-response.middleware.js';
+import { PageController } from './page/page.controller.js';
 import { CreateSampleSchema1764633600001 } from './migrations/create-sample-schema.migration.js';
 import { FakePaymentProvider, PAYMENT_PROVIDER, type PaymentProvider } from './payment-provider.js';
 import { PayoutJob } from './payouts/payout-job.entity.js';
@@ -20,7 +22,11 @@ import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
 export const SAMPLE_MIGRATIONS = [CreateIdempotencyRecords, CreateSampleSchema1764633600001];
 
 @Module({})
-export class AppModule {
+export class AppModule implements NestModule {
+  configure(consumer: MiddlewareConsumer): void {
+    consumer.apply(DropFirstResponseMiddleware).forRoutes('*');
+  }
+
   /** `paymentProvider` replaces the fake provider (whose latency is `config.providerDelayMs`). */
   static forRoot(config: SampleConfig, paymentProvider?: PaymentProvider): DynamicModule {
     return {
@@ -43,7 +49,7 @@ export class AppModule {
           accountResolver: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().account,
         }),
       ],
-      controllers: [ChargesController, RefundsController, PayoutsController, HealthController],
+      controllers: [ChargesController, RefundsController, PayoutsController, HealthController, PageController],
       providers: [
         { provide: SAMPLE_CONFIG, useValue: config },
         paymentProvider

@@ -89,9 +89,12 @@ export function retryAfterMs(header: string | null, now: number): number | undef
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
-/** `fetch` rejects with a TypeError when the request never got an answer (connection refused, reset, dropped). */
+/**
+ * `fetch` rejects with a TypeError when the request never got an answer (connection refused, reset, dropped).
+ * Checked by name: a `fetch` from another realm (a polyfill, a test VM, an iframe) throws its own TypeError.
+ */
 function isNetworkError(error: unknown): boolean {
-  return error instanceof TypeError;
+  return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'TypeError';
 }
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {

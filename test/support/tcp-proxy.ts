@@ -1,12 +1,13 @@
 import { connect, createServer, type Socket } from 'node:net';
 
 /**
- * A TCP proxy in front of the test database, to take it away from the app and give it back: while down,
- * every connection is cut and new ones are closed as soon as they open.
+ * A TCP proxy in front of a server of the test's (the database, the app), to take it away and give it back,
+ * or to lose a response on the wire. While down, every connection is cut and new ones closed as they open.
  */
 export class TcpProxy {
   private readonly sockets = new Set<Socket>();
   private down = false;
+  private dropNext = false;
   private readonly server = createServer((client) => {
     if (this.down) {
       client.destroy();
@@ -18,7 +19,14 @@ export class TcpProxy {
       socket.on('close', () => this.sockets.delete(socket));
       socket.on('error', () => undefined);
     }
-    client.pipe(upstream).pipe(client);
+    client.pipe(upstream);
+    if (this.dropNext) {
+      // The request goes through; the first bytes of the answer cut the client off instead of reaching it.
+      this.dropNext = false;
+      upstream.once('data', () => client.destroy());
+    } else {
+      upstream.pipe(client);
+    }
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
   });
@@ -44,6 +52,11 @@ export class TcpProxy {
     proxied.hostname = '127.0.0.1';
     proxied.port = String(address.port);
     return proxied.toString();
+  }
+
+  /** The next connection's request is delivered, and its response lost on the way back. */
+  dropNextResponse(): void {
+    this.dropNext = true;
   }
 
   /** The database becomes unreachable: open connections are cut, new ones closed at once. */

@@ -1,0 +1,27 @@
+import { Injectable, type NestMiddleware } from '@nestjs/common';
+import type { NextFunction, Request, Response } from 'express';
+
+const REMEMBERED_KEYS = 10_000;
+
+/**
+ * The page's "drop the first response" toggle: a request sent with `X-Demo-Drop-Response: once` is processed
+ * as usual, but the first answer for its idempotency key is cut off on the way out, as a lost response would be.
+ * Its retry, with the same key, gets the answer (a replay).
+ */
+@Injectable()
+export class DropFirstResponseMiddleware implements NestMiddleware {
+  private readonly dropped = new Set<string>();
+
+  use(request: Request, response: Response, next: NextFunction): void {
+    const key = request.header('idempotency-key');
+    if (request.header('x-demo-drop-response') === 'once' && key && !this.dropped.has(key)) {
+      if (this.dropped.size >= REMEMBERED_KEYS) this.dropped.clear();
+      this.dropped.add(key);
+      response.end = (() => {
+        response.socket?.destroy();
+        return response;
+      }) as Response['end'];
+    }
+    next();
+  }
+}
