@@ -41,7 +41,7 @@ if (missing) console.warn(`The browser test is skipped: ${missing}`);
     await page.locator('#clicks li.done').nth(2).waitFor({ timeout: 15_000 });
 
     const clicks = await page.locator('#clicks li.done').evaluateAll((items) =>
-      items.map((item) => ({ ...(item as HTMLElement).dataset })),
+      items.map((item) => ({ ...(item as unknown as { dataset: Record<string, string> }).dataset })),
     );
     // Newest first: the dropped click's answer came back as a replay; the two quick clicks as first answers.
     expect(clicks.map((click) => [click.status, click.replayed])).toEqual([

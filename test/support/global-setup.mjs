@@ -1,5 +1,4 @@
 import { mkdtempSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { register } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,7 +8,7 @@ export default async function globalSetup() {
   if (process.env.DATABASE_URL) return;
   // Global setup runs outside Jest's transforms: load the TypeScript helper through the project's loader.
   register('../../scripts/ts-loader.mjs', import.meta.url);
-  const { startEmbeddedDatabase } = await import('../../sample-app/embedded-database.ts');
+  const { freePort, startEmbeddedDatabase } = await import('../../sample-app/embedded-database.ts');
   // A fresh folder under the system temp dir, which the unprivileged postgres user can reach even as root.
   const dataDir = mkdtempSync(join(tmpdir(), 'idempotency-test-pg-'));
   const database = await startEmbeddedDatabase(dataDir, await freePort(), false);
@@ -17,12 +16,3 @@ export default async function globalSetup() {
   globalThis.embeddedDatabase = database;
 }
 
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer().once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}

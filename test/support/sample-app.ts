@@ -30,15 +30,23 @@ export async function startSampleApp(
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 /** The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL). */
-export async function spawnSampleApp(env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
-  const child = spawn(process.execPath, ['--import', './scripts/register-ts.mjs', 'sample-app/main.ts'], {
+export function spawnSampleApp(env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
+  return spawnTypeScriptServer('sample-app/main.ts', env);
+}
+
+/**
+ * A TypeScript entry point of this repository run as a child process through the project's loader; it
+ * prints `listening on port N` once it serves.
+ */
+export async function spawnTypeScriptServer(entry: string, env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
+  const child = spawn(process.execPath, ['--import', './scripts/register-ts.mjs', entry], {
     cwd: ROOT,
     env: { ...process.env, NODE_OPTIONS: '', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
   let output = '';
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`The sample app did not start within 30 s:\n${output}`)), 30_000);
+    const timer = setTimeout(() => reject(new Error(`${entry} did not start within 30 s:\n${output}`)), 30_000);
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
       const match = /listening on port (\d+)/.exec(output);
@@ -51,7 +59,7 @@ export async function spawnSampleApp(env: Record<string, string>): Promise<Runni
     child.stderr.on('data', onData);
     child.once('exit', (code) => {
       clearTimeout(timer);
-      reject(new Error(`The sample app exited with ${code} before listening:\n${output}`));
+      reject(new Error(`${entry} exited with ${code} before listening:\n${output}`));
     });
   });
   return {

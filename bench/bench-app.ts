@@ -1,0 +1,91 @@
+import 'reflect-metadata';
+import { randomUUID } from 'node:crypto';
+import { Body, Controller, Module, Post } from '@nestjs/common';
+import { NestFactory } from '@nestjs/core';
+import type { NestExpressApplication } from '@nestjs/platform-express';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
+import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
+
+class CreateBenchCharges1764633600002 implements MigrationInterface {
+  name = 'CreateBenchCharges1764633600002';
+
+  async up(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query('CREATE TABLE bench_charges (id text PRIMARY KEY, amount integer NOT NULL, created timestamptz NOT NULL DEFAULT now())');
+  }
+
+  async down(queryRunner: QueryRunner): Promise<void> {
+    await queryRunner.query('DROP TABLE bench_charges');
+  }
+}
+
+interface ChargeBody {
+  amount: number;
+}
+
+/** The same charge insert behind three routes: without the module, in standard mode, in transactional mode. */
+@Controller('bench')
+class BenchController {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Post('baseline')
+  baseline(@Body() body: ChargeBody) {
+    return this.insert(body);
+  }
+
+  @Post('standard')
+  @Idempotent()
+  standard(@Body() body: ChargeBody) {
+    return this.insert(body);
+  }
+
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  transactional(@Body() body: ChargeBody) {
+    return this.insert(body);
+  }
+
+  private async insert({ amount }: ChargeBody) {
+    const manager = this.idempotency.manager ?? this.dataSource.manager;
+    const [charge] = await manager.query('INSERT INTO bench_charges (id, amount) VALUES ($1, $2) RETURNING id, amount', [
+      `ch_${randomUUID()}`,
+      amount,
+    ]);
+    return charge as { id: string; amount: number };
+  }
+}
+
+@Module({
+  imports: [
+    TypeOrmModule.forRootAsync({
+      useFactory: () => ({
+        type: 'postgres' as const,
+        url: process.env.DATABASE_URL,
+        migrations: [CreateIdempotencyRecords, CreateBenchCharges1764633600002],
+        migrationsRun: true,
+        extra: { max: 20 },
+      }),
+    }),
+    IdempotencyModule.forRoot({ accountResolver: () => 'bench' }),
+  ],
+  controllers: [BenchController],
+})
+class BenchModule {}
+
+/** The bench app, in a process of its own so that the load generator does not share its event loop. */
+async function main(): Promise<void> {
+  const app = await NestFactory.create<NestExpressApplication>(BenchModule, { rawBody: true, logger: ['error'] });
+  await app.listen(0, '127.0.0.1');
+  console.log(`bench app listening on port ${new URL(await app.getUrl()).port}`);
+  const stop = () => void app.close().then(() => process.exit(0));
+  process.once('SIGTERM', stop);
+  process.once('SIGINT', stop);
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
