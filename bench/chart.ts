@@ -1,0 +1,33 @@
+import type { BenchResult } from './run.js';
+
+const ROW = 22;
+const LABEL = 300;
+const BAR = 420;
+const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
+
+/** Two bar charts in one SVG: throughput and p99 latency per configuration and concurrency. */
+export function renderChart(results: BenchResult[]): string {
+  const panel = (title: string, value: (r: BenchResult) => number, unit: string, top: number) => {
+    const max = Math.max(...results.map(value), 1);
+    const bars = results.map((r, i) => {
+      const y = top + 30 + i * ROW;
+      const width = Math.max(1, (value(r) / max) * BAR);
+      const fill = r.name === 'baseline' ? '#8a94a6' : r.name.startsWith('transactional') ? '#2f6fbf' : '#1f9d6b';
+      return (
+        `<text x="${LABEL - 8}" y="${y + 15}" text-anchor="end">${escape(r.config)}</text>` +
+        `<rect x="${LABEL}" y="${y + 3}" width="${width.toFixed(1)}" height="${ROW - 6}" fill="${fill}"/>` +
+        `<text x="${LABEL + width + 6}" y="${y + 15}">${value(r).toFixed(value(r) < 10 ? 1 : 0)} ${unit}</text>`
+      );
+    });
+    return `<text x="10" y="${top + 18}" font-weight="bold">${title}</text>${bars.join('')}`;
+  };
+  const panelHeight = 40 + results.length * ROW;
+  const height = panelHeight * 2 + 20;
+  return [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${LABEL + BAR + 120}" height="${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="100%" height="100%" fill="white"/>`,
+    panel('Throughput (requests/s, higher is better)', (r) => r.requestsPerSecond, 'req/s', 0),
+    panel('p99 latency (ms, lower is better)', (r) => r.p99, 'ms', panelHeight + 10),
+    '</svg>\n',
+  ].join('');
+}

@@ -1,0 +1,224 @@
+import 'reflect-metadata';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { fileURLToPath } from 'node:url';
+import autocannon from 'autocannon';
+import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sample-app/embedded-database.js';
+import { type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
+import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
+import { renderChart } from './chart.js';
+
+/**
+ * `npm run bench`: what idempotency costs per request, every configuration measured in the same run and
+ * interleaved round by round, so that the ratios hold on a noisy machine. See bench/README.md.
+ */
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
+const SCALE_RECORDS = Number(process.env.BENCH_SCALE_RECORDS ?? 1_000_000);
+const REPLAY_KEYS = 500;
+const CONCURRENCY = [1, 8, 64, 256];
+
+type Keys = 'none' | 'new' | 'completed' | 'one';
+interface Config {
+  name: string;
+  path: string;
+  connections: number;
+  keys: Keys;
+  /** Which app: on an empty records table, or on one holding SCALE_RECORDS records. */
+  target: 'empty' | 'large';
+  /** The baseline it is compared with. */
+  baseline: string;
+}
+
+const id = (config: Pick<Config, 'name' | 'connections'>) => `${config.name} @${config.connections}`;
+const configs: Config[] = [
+  ...CONCURRENCY.flatMap((connections) => {
+    const baseline = id({ name: 'baseline', connections });
+    return [
+      { name: 'baseline', path: '/bench/baseline', connections, keys: 'none', target: 'empty', baseline },
+      { name: 'standard, new keys', path: '/bench/standard', connections, keys: 'new', target: 'empty', baseline },
+      { name: 'transactional, new keys', path: '/bench/transactional', connections, keys: 'new', target: 'empty', baseline },
+    ] satisfies Config[];
+  }),
+  { name: 'replays', path: '/bench/standard', connections: 64, keys: 'completed', target: 'empty', baseline: 'baseline @64' },
+  { name: 'contention (one key)', path: '/bench/standard', connections: 64, keys: 'one', target: 'empty', baseline: 'baseline @64' },
+  {
+    name: `standard, new keys, ${SCALE_RECORDS.toLocaleString('en')} records`,
+    path: '/bench/standard',
+    connections: 64,
+    keys: 'new',
+    target: 'large',
+    baseline: 'baseline @64',
+  },
+];
+
+interface Measure {
+  requestsPerSecond: number;
+  p50: number;
+  p99: number;
+  max: number;
+  errors: number;
+  statuses: Record<string, number>;
+}
+
+export interface BenchResult extends Measure {
+  config: string;
+  name: string;
+  connections: number;
+  ratio: number;
+}
+
+async function measure(app: RunningApp, config: Config, round: number): Promise<Measure> {
+  const oneKey = `contention-${round}-${randomUUID()}`;
+  let sent = 0;
+  const keyFor: Record<Keys, () => string | undefined> = {
+    none: () => undefined,
+    new: () => randomUUID(),
+    completed: () => `replay-${sent++ % REPLAY_KEYS}`,
+    one: () => oneKey,
+  };
+  const result = await autocannon({
+    url: `${app.url}${config.path}`,
+    method: 'POST',
+    connections: config.connections,
+    duration: SECONDS,
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ amount: 1200 }),
+    requests: [
+      {
+        setupRequest: (request) => {
+          const key = keyFor[config.keys]();
+          return key ? { ...request, headers: { ...request.headers, 'idempotency-key': key } } : request;
+        },
+      },
+    ],
+  });
+  const statuses = Object.fromEntries(
+    Object.entries((result as unknown as { statusCodeStats: Record<string, { count: number }> }).statusCodeStats ?? {}).map(
+      ([status, { count }]) => [status, count],
+    ),
+  );
+  return {
+    requestsPerSecond: result.requests.average,
+    p50: result.latency.p50,
+    p99: result.latency.p99,
+    max: result.latency.max,
+    errors: result.errors + result.timeouts,
+    statuses,
+  };
+}
+
+/** Completed keys for the replay configuration: the same body as the measured requests, so they replay. */
+async function seedReplayKeys(app: RunningApp): Promise<void> {
+  for (let i = 0; i < REPLAY_KEYS; i += 25) {
+    await Promise.all(
+      Array.from({ length: 25 }, (_, j) =>
+        fetch(`${app.url}/bench/standard`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json', 'idempotency-key': `replay-${i + j}` },
+          body: JSON.stringify({ amount: 1200 }),
+        }).then((response) => response.arrayBuffer()),
+      ),
+    );
+  }
+}
+
+/** SCALE_RECORDS completed records of the measured endpoint, in one statement. */
+async function seedLargeTable(db: TestDatabase): Promise<void> {
+  await db.query(
+    `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, completed_at,
+                                      expires_at, response_status, response_headers, response_body)
+     SELECT 'bench', 'POST /bench/standard', md5(i::text), md5('fp' || i), 'completed', gen_random_uuid(), now(), now(),
+            now() + interval '1 day', 201, '{"content-type": "application/json; charset=utf-8"}', convert_to('{"id":"x"}', 'UTF8')
+     FROM generate_series(1, $1::int) AS i`,
+    [SCALE_RECORDS],
+  );
+  await db.query('VACUUM ANALYZE idempotency_records');
+}
+
+function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'ratio'> {
+  const mean = (pick: (m: Measure) => number) => measures.reduce((sum, m) => sum + pick(m), 0) / measures.length;
+  const statuses: Record<string, number> = {};
+  for (const m of measures) for (const [status, count] of Object.entries(m.statuses)) statuses[status] = (statuses[status] ?? 0) + count;
+  return {
+    config: id(config),
+    name: config.name,
+    connections: config.connections,
+    requestsPerSecond: mean((m) => m.requestsPerSecond),
+    p50: mean((m) => m.p50),
+    p99: mean((m) => m.p99),
+    max: Math.max(...measures.map((m) => m.max)),
+    errors: measures.reduce((sum, m) => sum + m.errors, 0),
+    statuses,
+  };
+}
+
+function printTable(results: BenchResult[]): void {
+  const rows = results.map((r) => [
+    r.config,
+    r.requestsPerSecond.toFixed(0),
+    `${r.ratio.toFixed(2)}x`,
+    r.p50.toFixed(1),
+    r.p99.toFixed(1),
+    r.max.toFixed(0),
+    String(r.errors),
+    Object.entries(r.statuses)
+      .filter(([status]) => !status.startsWith('2'))
+      .map(([status, count]) => `${status}: ${count}`)
+      .join(', ') || '-',
+  ]);
+  const header = ['configuration', 'req/s', 'vs baseline', 'p50 ms', 'p99 ms', 'max ms', 'errors', 'non-2xx'];
+  const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
+  const line = (cells: string[]) => cells.map((cell, i) => (i === 0 || i === 7 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  ');
+  console.log([line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n'));
+}
+
+async function main(): Promise<void> {
+  let embedded: EmbeddedDatabase | undefined;
+  if (!process.env.DATABASE_URL) {
+    embedded = await startEmbeddedDatabase(mkdtempSync(join(tmpdir(), 'idempotency-bench-pg-')), await freePort(), false);
+    process.env.DATABASE_URL = embedded.url;
+  }
+  const databases = { empty: await createTestDatabase(), large: await createTestDatabase() };
+  const apps: Record<Config['target'], RunningApp> = {
+    empty: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.empty.url }),
+    large: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.large.url }),
+  };
+  try {
+    console.log(`Seeding ${SCALE_RECORDS.toLocaleString('en')} records and ${REPLAY_KEYS} completed keys…`);
+    await seedLargeTable(databases.large);
+    await seedReplayKeys(apps.empty);
+    const measures = new Map<Config, Measure[]>(configs.map((config) => [config, []]));
+    for (let round = 1; round <= ROUNDS; round += 1) {
+      for (const config of configs) {
+        process.stdout.write(`round ${round}/${ROUNDS}: ${id(config)}…\n`);
+        measures.get(config)?.push(await measure(apps[config.target], config, round));
+      }
+    }
+    const aggregated = configs.map((config) => aggregate(config, measures.get(config) ?? []));
+    const byId = new Map(aggregated.map((result) => [result.config, result]));
+    const results: BenchResult[] = configs.map((config, i) => ({
+      ...aggregated[i],
+      ratio: aggregated[i].requestsPerSecond / (byId.get(config.baseline)?.requestsPerSecond ?? Number.NaN),
+    }));
+    console.log(`\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration; latency in ms; ratios to the baseline at the same concurrency.\n`);
+    printTable(results);
+    const folder = fileURLToPath(new URL('./results/', import.meta.url));
+    mkdirSync(folder, { recursive: true });
+    const run = { date: new Date().toISOString(), seconds: SECONDS, rounds: ROUNDS, scaleRecords: SCALE_RECORDS, results };
+    writeFileSync(join(folder, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`);
+    writeFileSync(join(folder, 'latest.svg'), renderChart(results));
+    console.log(`\nWrote ${join(folder, 'latest.json')} and ${join(folder, 'latest.svg')}`);
+  } finally {
+    await Promise.all(Object.values(apps).map((app) => app.close()));
+    await Promise.all(Object.values(databases).map((db) => db.drop()));
+    await embedded?.stop();
+  }
+}
+
+main().catch((error: unknown) => {
+  console.error(error);
+  process.exit(1);
+});
