@@ -1,7 +1,6 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import { Inject, Injectable } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import pg from 'pg';
 import { newId } from './ids.js';
 import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
 
@@ -36,16 +35,22 @@ export interface PaymentProvider {
 }
 
 /**
- * A fake provider with a configurable latency. It keeps its own ledger (`provider_charges`), written outside
- * the application's transactions as an external service's would be, and honours idempotency keys like a real
- * payment API. Test sources: `tok_chargeDeclined` is declined, `tok_providerDown` fails as if unreachable.
+ * A fake provider with a configurable latency. It keeps its own ledgers (`provider_charges`, `provider_payouts`),
+ * on connections of its own and outside the application's transactions, as an external service would, and
+ * honours idempotency keys like a real payment API. Test sources: `tok_chargeDeclined` is declined,
+ * `tok_providerDown` fails as if unreachable.
  */
 @Injectable()
-export class FakePaymentProvider implements PaymentProvider {
-  constructor(
-    @Inject(SAMPLE_CONFIG) private readonly config: SampleConfig,
-    @InjectDataSource() private readonly dataSource: DataSource,
-  ) {}
+export class FakePaymentProvider implements PaymentProvider, OnModuleDestroy {
+  private readonly ledger: pg.Pool;
+
+  constructor(@Inject(SAMPLE_CONFIG) private readonly config: SampleConfig) {
+    this.ledger = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
+  }
+
+  async onModuleDestroy(): Promise<void> {
+    await this.ledger.end();
+  }
 
   async charge({ source, ...charge }: ProviderCharge): Promise<string> {
     if (this.config.providerDelayMs > 0) await delay(this.config.providerDelayMs);
@@ -61,13 +66,13 @@ export class FakePaymentProvider implements PaymentProvider {
 
   /** Writes to the provider's ledger, once per idempotency key: a repeated call gets the first id back. */
   private async record(ledger: 'provider_charges' | 'provider_payouts', prefix: string, entry: ProviderPayout): Promise<string> {
-    const [row]: Array<{ id: string }> = await this.dataSource.query(
+    const { rows } = await this.ledger.query<{ id: string }>(
       `WITH recorded AS (
          INSERT INTO ${ledger} (id, idempotency_key, account, amount, currency) VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (idempotency_key) DO NOTHING RETURNING id)
        SELECT id FROM recorded UNION ALL SELECT id FROM ${ledger} WHERE idempotency_key = $2`,
       [newId(prefix), entry.idempotencyKey ?? null, entry.account, entry.amount, entry.currency],
     );
-    return row.id;
+    return rows[0].id;
   }
 }

@@ -61,8 +61,11 @@ export interface IdempotencyStore {
   complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number, transaction?: StoreTransaction): Promise<boolean>;
   /** Deletes the in-progress record so that a retry runs again; false when the claim is no longer held. */
   release(claim: IdempotencyClaim): Promise<boolean>;
-  /** Resolves when the record of `scope` may have been completed or released, or after `timeoutMs`. */
-  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; cancel(): void };
+  /**
+   * `changed` resolves when the record of `scope` may have been completed or released, or after `timeoutMs`;
+   * `listening` once changes are being listened for (or listening failed, leaving only the timeout).
+   */
+  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void };
   /** Starts a transaction on a connection of its own. */
   beginTransaction(): Promise<StoreTransaction>;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */

@@ -18,7 +18,7 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { isObservable, Observable, of, ReplaySubject, tap } from 'rxjs';
+import { finalize, isObservable, Observable, of, ReplaySubject, tap } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
@@ -43,6 +43,8 @@ import { captureResponse, type ResponseCapture, type SentResponse } from './resp
 interface RoutePlan {
   policy: IdempotencyPolicy;
   storable: boolean;
+  /** The handler takes `@Res({ passthrough: true })`, so it may write (part of) the response itself. */
+  passthrough: boolean;
 }
 
 /**
@@ -89,14 +91,21 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (decision.action === 'replay') return of(replayResponse(response, decision.response, policy.replayHeaderName));
 
     const { run } = decision;
-    const attempt = { failed: false, finished: false };
+    const attempt = { failed: false, settled: false, finished: false };
+    let handlerSettled!: () => void;
+    const settled = new Promise<void>((resolve) => (handlerSettled = resolve));
     const finish = async (sent: SentResponse | undefined): Promise<StoredResponse | undefined> => {
       if (attempt.finished) return undefined;
       attempt.finished = true;
+      // The response can end while the handler still runs (an outer timeout interceptor answered, the client
+      // left): the outcome is known, and a transaction may end, only once the handler is done. A response that
+      // came before the handler's own answer is not its outcome, unless the handler writes through `res` itself.
+      const answeredFirst = plan.storable && !plan.passthrough && !attempt.settled;
+      await settled;
       if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
       try {
-        const outcome = { response: sent?.storable ? sent.response : undefined, failed: attempt.failed };
-        const error = await this.idempotency.finish(run, outcome, policy);
+        const response = sent?.storable && !answeredFirst ? sent.response : undefined;
+        const error = await this.idempotency.finish(run, { response, failed: attempt.failed || answeredFirst }, policy);
         return error && errorResponse(error);
       } catch (error) {
         this.logger.error(`Finalizing key ${JSON.stringify(key)} of ${scope.endpoint} failed: ${error}`);
@@ -110,7 +119,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     );
     const handled = new Observable<unknown>((subscriber) =>
       IdempotencyContext.runWithin(run, () => next.handle().subscribe(subscriber)),
-    ).pipe(tap({ error: () => (attempt.failed = true) }));
+    ).pipe(
+      tap({ error: () => (attempt.failed = true) }),
+      finalize(() => {
+        attempt.settled = true;
+        handlerSettled();
+      }),
+    );
     if (plan.storable) return this.runToCompletion(handled, response, capture, finish);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
     response.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
@@ -130,7 +145,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     capture: ResponseCapture,
     finish: (sent: undefined) => Promise<unknown>,
   ): Observable<unknown> {
-    let clientLeft = false;
+    // The client may have left already, while the claim was made (or waited for).
+    let clientLeft = response.destroyed || (response.socket?.destroyed ?? false);
     response.once('close', () => {
       clientLeft = !capture.ended;
     });
@@ -175,6 +191,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
           ? {
               policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
               storable: !writesItsOwnResponse(controller, handler),
+              passthrough: takesPassthroughResponse(controller, handler),
             }
           : null;
       plans.set(handler, plan);
@@ -207,16 +224,24 @@ function writesItsOwnResponse(controller: Type, handler: object): boolean {
   if ([SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)) {
     return true;
   }
-  // Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`.
+  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
+  return takesResponse(controller, handler) && !takesPassthroughResponse(controller, handler);
+}
+
+function takesPassthroughResponse(controller: Type, handler: object): boolean {
+  const methodName = methodNameOf(controller, handler);
+  return methodName !== undefined && Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
+}
+
+/** Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`. */
+function takesResponse(controller: Type, handler: object): boolean {
   const methodName = methodNameOf(controller, handler);
   if (methodName === undefined) return true;
   const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {};
-  const takesResponse = Object.keys(args).some((key) => {
+  return Object.keys(args).some((key) => {
     const type = Number(key.split(':')[0]);
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
-  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
-  return takesResponse && !Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName);
 }
 
 function methodNameOf(controller: Type, handler: object): string | undefined {

@@ -105,6 +105,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     for (;;) {
       // Listening starts before the claim, so that an outcome stored right after it is not missed.
       const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
+      await waiting?.listening;
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
         waiting?.cancel();
         throw error;
@@ -147,8 +148,9 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       );
     }
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
-    await this.finalize(run.claim, storable, policy);
-    return undefined;
+    const held = await this.finalize(run.claim, storable, policy);
+    // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
+    return held === false && storable && !failed ? new RequestInProgressError(policy.retryAfterSeconds) : undefined;
   }
 
   /**
@@ -196,12 +198,13 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
 
   private claim(claim: IdempotencyClaim, fingerprint: string, policy: IdempotencyPolicy): Promise<ClaimResult> {
     const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
-    return withTimeout(this.store.claim(claim.scope, fingerprint, claim.attempt, timing), policy, 'claim').catch(
-      (error: unknown) => {
-        this.logger.error(`Claiming ${describe(claim.scope)} failed; the request is refused with 503: ${error}`);
-        throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      },
-    );
+    const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing);
+    return withTimeout(claiming, policy, 'claim').catch((error: unknown) => {
+      this.logger.error(`Claiming ${describe(claim.scope)} failed; the request is refused with 503: ${error}`);
+      // A claim that lands after its request was refused would block the key for a lease: give it back.
+      claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
+      throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    });
   }
 
   /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */
@@ -244,7 +247,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       }
       this.store.renew(run.claim, timing).then(
         (held) => {
-          if (held) return;
+          if (held || !this.leases.has(run)) return; // still held, or the attempt finished meanwhile
           stop();
           this.logger.warn(`The claim on ${describe(run.scope)} was taken over while its handler ran; its outcome will not be stored.`);
         },
@@ -285,12 +288,18 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
    * Stores the outcome (or releases the claim when there is none to store). A failure does not hold the
    * response: the finalize is retried in the background with a bounded exponential backoff.
    */
-  private async finalize(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy): Promise<void> {
+  /** Whether the claim was still held, or `undefined` when that is not known yet (retrying in the background). */
+  private async finalize(
+    claim: IdempotencyClaim,
+    response: StoredResponse | undefined,
+    policy: IdempotencyPolicy,
+  ): Promise<boolean | undefined> {
     try {
-      await this.finalizeOnce(claim, response, policy);
+      return await this.finalizeOnce(claim, response, policy);
     } catch (error) {
       this.logger.warn(`Finalizing ${describe(claim.scope)} failed (${error}); retrying in the background.`);
       void this.retryFinalize(claim, response, policy);
+      return undefined;
     }
   }
 
@@ -326,6 +335,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
         }.`,
       );
     }
+    return held;
   }
 }
 

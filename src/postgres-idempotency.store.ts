@@ -45,14 +45,21 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly releaseSql: string;
   private readonly purgeSql: string;
   private readonly changes: ChangeListener;
+  private readonly transactionSlots: Slots;
 
   constructor(
     private readonly dataSource: DataSource,
     tableName: string,
   ) {
     const table = quoteTableName(tableName);
-    const channel = `${tableName.split('.').pop()}_changes`;
+    // A fixed-length channel name: PostgreSQL's identifiers stop at 63 bytes.
+    const channel = `idempotency_${createHash('md5').update(tableName).digest('hex').slice(0, 20)}`;
     this.changes = new ChangeListener(dataSource, channel);
+    // Each transactional run holds a pooled connection for as long as its handler runs. Leaving two free keeps
+    // claims, finalizes and lease renewals flowing, and stops transactions from starving each other of the
+    // connections their handlers need.
+    const { extra, poolSize } = dataSource.options as { extra?: { max?: number }; poolSize?: number };
+    this.transactionSlots = new Slots(Math.max(1, (extra?.max ?? poolSize ?? 10) - 2));
     const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
     const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
     // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits).
@@ -154,20 +161,22 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return (await this.count(this.releaseSql, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
   }
 
-  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; cancel(): void } {
+  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
     return this.changes.wait(scopeDigest(scope), timeoutMs);
   }
 
   async beginTransaction(): Promise<StoreTransaction> {
+    await this.transactionSlots.acquire();
     const runner = this.dataSource.createQueryRunner();
-    await runner.connect();
     try {
+      await runner.connect();
       await runner.startTransaction();
     } catch (error) {
       await runner.release();
+      this.transactionSlots.release();
       throw error;
     }
-    return new QueryRunnerTransaction(runner);
+    return new QueryRunnerTransaction(runner, () => this.transactionSlots.release());
   }
 
   purgeExpired(batchSize: number): Promise<number> {
@@ -191,7 +200,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 }
 
 class QueryRunnerTransaction implements StoreTransaction {
-  constructor(private readonly runner: QueryRunner) {}
+  constructor(
+    private readonly runner: QueryRunner,
+    private readonly ended: () => void,
+  ) {}
 
   get manager(): EntityManager {
     return this.runner.manager;
@@ -201,7 +213,7 @@ class QueryRunnerTransaction implements StoreTransaction {
     try {
       await this.runner.commitTransaction();
     } finally {
-      await this.runner.release();
+      await this.end();
     }
   }
 
@@ -209,8 +221,38 @@ class QueryRunnerTransaction implements StoreTransaction {
     try {
       if (this.runner.isTransactionActive) await this.runner.rollbackTransaction();
     } finally {
-      await this.runner.release();
+      await this.end();
     }
+  }
+
+  private async end(): Promise<void> {
+    if (this.runner.isReleased) return;
+    await this.runner.release();
+    this.ended();
+  }
+}
+
+/** A counting semaphore: at most `capacity` holders, the others wait in turn. */
+class Slots {
+  private readonly waiting: Array<() => void> = [];
+  private free: number;
+
+  constructor(capacity: number) {
+    this.free = capacity;
+  }
+
+  async acquire(): Promise<void> {
+    if (this.free > 0) {
+      this.free -= 1;
+      return;
+    }
+    await new Promise<void>((resolve) => this.waiting.push(resolve));
+  }
+
+  release(): void {
+    const next = this.waiting.shift();
+    if (next) next();
+    else this.free += 1;
   }
 }
 
@@ -227,7 +269,7 @@ class ChangeListener {
     private readonly channel: string,
   ) {}
 
-  wait(digest: string, timeoutMs: number): { changed: Promise<void>; cancel(): void } {
+  wait(digest: string, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
     let wake!: () => void;
     const changed = new Promise<void>((resolve) => (wake = resolve));
     const timer = setTimeout(() => done(), timeoutMs);
@@ -239,14 +281,21 @@ class ChangeListener {
     };
     if (!this.waiters.has(digest)) this.waiters.set(digest, new Set());
     this.waiters.get(digest)?.add(done);
-    this.listen().catch(() => undefined); // without a listener, the waiter still ends at its timeout
-    return { changed, cancel: done };
+    // Without a listener, the waiter still ends at its timeout.
+    const listening = this.listen().then(
+      () => undefined,
+      () => undefined,
+    );
+    return { changed, listening, cancel: done };
   }
 
   async close(): Promise<void> {
     const connection = this.connection;
     this.connection = undefined;
-    if (connection) await (await connection.catch(() => undefined))?.release();
+    const runner = await connection?.catch(() => undefined);
+    if (!runner) return;
+    await runner.query('UNLISTEN *').catch(() => undefined); // the connection goes back to the pool
+    await runner.release();
   }
 
   private listen(): Promise<QueryRunner> {

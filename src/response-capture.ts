@@ -54,9 +54,14 @@ export function captureResponse(
       res.write = originalWrite;
       res.end = originalEnd;
       try {
-        if (!res.headersSent) {
-          setStatusAndHeaders(res, replacement ?? held);
-          if (replacement) [chunk, encoding] = [replacement.body, undefined];
+        if (replacement && !res.headersSent) {
+          // The replacement keeps the headers every response gets (CORS, request ids), not the body's own.
+          const { 'content-type': _type, 'content-length': _length, etag: _etag, ...kept } = held.headers;
+          const headers = { ...kept, ...replacement.headers, 'content-length': String(replacement.body.length) };
+          setStatusAndHeaders(res, { status: replacement.status, headers });
+          [chunk, encoding] = [replacement.body, undefined];
+        } else if (!res.headersSent) {
+          setStatusAndHeaders(res, held);
         }
         originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
       } catch (error) {

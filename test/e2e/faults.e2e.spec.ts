@@ -1,5 +1,19 @@
 import { randomUUID } from 'node:crypto';
-import { Body, Controller, HttpException, type INestApplication, Post, Req } from '@nestjs/common';
+import {
+  Body,
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  HttpException,
+  type INestApplication,
+  Injectable,
+  type NestInterceptor,
+  Post,
+  Req,
+  RequestTimeoutException,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { mergeMap, race, Subject, take, throwError } from 'rxjs';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { Request } from 'express';
@@ -32,6 +46,16 @@ const holdNext = () => {
   gates.push(nextGate);
   return nextGate;
 };
+
+/** Answers 408 from outside the idempotency interceptor when the test says so, as a timeout interceptor would. */
+const outerTimeouts = new Subject<void>();
+@Injectable()
+class OuterTimeoutInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler) {
+    if (!context.switchToHttp().getRequest<Request>().header('x-outer-timeout')) return next.handle();
+    return race(next.handle(), outerTimeouts.pipe(take(1), mergeMap(() => throwError(() => new RequestTimeoutException()))));
+  }
+}
 
 interface WriteBody {
   fail?: 'declined' | 'error';
@@ -125,6 +149,7 @@ beforeAll(async () => {
       }),
     ],
     controllers: [TransactionalController, StandardController],
+    providers: [{ provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor }],
   }).compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
   await app.listen(0, '127.0.0.1');
@@ -197,6 +222,20 @@ describe('transactional mode', () => {
     expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
     expect(response.headers['retry-after']).toBe('2');
     await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+    await expect(recordOf(key)).resolves.toBeUndefined();
+  });
+
+  it('takes no answer given before the handler is done (an outer timeout) for its outcome, and commits nothing under it', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const answer = request(url).post('/tx/write').set('Idempotency-Key', key).set('X-Outer-Timeout', 'yes').send({ gated: true });
+    const answered = answer.then((response) => response);
+    await gate.reached;
+    outerTimeouts.next();
+    await new Promise((resolve) => setImmediate(resolve)); // the 408 is written before the handler goes on
+    gate.release();
+    expect((await answered).status).toBe(408);
+    await expect(rowsOf(key)).resolves.toEqual([]);
     await expect(recordOf(key)).resolves.toBeUndefined();
   });
 

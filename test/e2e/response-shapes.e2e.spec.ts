@@ -377,10 +377,20 @@ describe('a store that does not answer in time (storeTimeoutSeconds)', () => {
     const before = controller.runsOf('count');
     await locker.query('BEGIN');
     await locker.query('LOCK TABLE idempotency_records IN ACCESS EXCLUSIVE MODE');
-    const response = await request(url).post('/shapes/count').set('X-Idempotency-Key', randomUUID()).send({}).expect(503);
+    const key = randomUUID();
+    const response = await request(url).post('/shapes/count').set('X-Idempotency-Key', key).send({}).expect(503);
     expect(response.headers['retry-after']).toBe('2');
     expect(response.body.error).toBe('idempotency_store_unavailable');
     expect(controller.runsOf('count')).toBe(before);
+    // The refused claim lands once the table is free again, and is given back at once.
+    await locker.query('ROLLBACK');
+    await locker.query('BEGIN');
+    const lateClaimSettled = async () => {
+      const waiting = await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH claimed AS%'`);
+      return waiting.length === 0 && (await recordCount(key)) === 0 ? true : undefined;
+    };
+    await waitFor(lateClaimSettled, 'the late claim to land and be released');
+    await request(url).post('/shapes/count').set('X-Idempotency-Key', key).send({}).expect(201);
   });
 
   it('lets the response go when the outcome cannot be stored in time', async () => {
