@@ -1,5 +1,7 @@
 import { createHash } from 'node:crypto';
+import type { PoolClient } from 'pg';
 import type { DataSource, EntityManager, QueryRunner } from 'typeorm';
+import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
   ClaimResult,
   ClaimTiming,
@@ -39,11 +41,11 @@ const CLAIM_ATTEMPTS = 5;
 
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
-  private readonly claimSql: string;
-  private readonly renewSql: string;
-  private readonly completeSql: string;
-  private readonly releaseSql: string;
-  private readonly purgeSql: string;
+  private readonly claimSql: Statement;
+  private readonly renewSql: Statement;
+  private readonly completeSql: Statement;
+  private readonly releaseSql: Statement;
+  private readonly purgeSql: Statement;
   private readonly changes: ChangeListener;
   private readonly transactionSlots: Slots;
 
@@ -66,14 +68,22 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const notifying = (statement: string) =>
       countingRows(`${statement}`, `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3))`);
 
-    // One statement, one round trip: claim a new key, or take over an expired record or a lapsed lease
-    // of the same request; otherwise return the record that holds the scope.
-    this.claimSql = `
-      WITH claimed AS (
+    // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
+    // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
+    // takeover of an expired one or of a lapsed lease of the same request.
+    this.claimSql = prepared(`
+      WITH current AS (
+        SELECT fingerprint, status, response_status, response_headers, response_body,
+               expires_at > now() AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4) AS holds
+        FROM ${table}
+        WHERE ${scope}
+      ),
+      claimed AS (
         INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
                                    created_at, locked_until, expires_at)
-        VALUES ($1, $2, $3, $4, 'in_progress', $5, 1, now(),
-                now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8))
+        SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, 1, now(),
+               now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8)
+        WHERE NOT EXISTS (SELECT 1 FROM current WHERE holds)
         ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
           fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
           attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
@@ -88,35 +98,38 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       FROM claimed
       UNION ALL
       SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body
-      FROM ${table}
-      WHERE ${scope} AND NOT EXISTS (SELECT 1 FROM claimed)
-        -- A version the claim above could have taken is older than the one it saw: ask again.
-        AND expires_at > now()
-        AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4)`;
-    this.renewSql = countingRows(`
+      FROM current
+      WHERE holds AND NOT EXISTS (SELECT 1 FROM claimed)`);
+    this.renewSql = prepared(
+      countingRows(`
       UPDATE ${table}
       SET locked_until = now() + make_interval(secs => $5::float8),
           expires_at = now() + make_interval(secs => $5::float8 + $6::float8)
       WHERE ${held}
-      RETURNING 1`);
-    this.completeSql = notifying(`
+      RETURNING 1`),
+    );
+    this.completeSql = prepared(
+      notifying(`
       UPDATE ${table}
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
           completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
       WHERE ${held}
-      RETURNING 1`);
-    this.releaseSql = notifying(`DELETE FROM ${table} WHERE ${held} RETURNING 1`);
+      RETURNING 1`),
+    );
+    this.releaseSql = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING 1`));
     // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
-    this.purgeSql = countingRows(`
+    this.purgeSql = prepared(
+      countingRows(`
       DELETE FROM ${table}
       WHERE ctid IN (SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
         AND expires_at <= now()
-      RETURNING 1`);
+      RETURNING 1`),
+    );
   }
 
   async claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult> {
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
-      const rows: ClaimRow[] = await this.dataSource.query(this.claimSql, [
+      const rows = await this.query<ClaimRow>(this.claimSql, [
         scope.account,
         scope.endpoint,
         scope.key,
@@ -154,7 +167,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       response.body,
       ttlSeconds,
     ];
-    return (await this.count(this.completeSql, parameters, transaction?.manager)) === 1;
+    return (await this.count(this.completeSql, parameters, transaction)) === 1;
   }
 
   async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
@@ -193,9 +206,38 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return this.close();
   }
 
-  private async count(sql: string, parameters: unknown[], manager?: EntityManager): Promise<number> {
-    const [{ count }]: Array<{ count: number }> = await (manager ?? this.dataSource).query(sql, parameters);
+  private async count(statement: Statement, parameters: unknown[], transaction?: StoreTransaction): Promise<number> {
+    const [{ count }] = await this.query<{ count: number }>(statement, parameters, transaction);
     return count;
+  }
+
+  /**
+   * Runs a statement as a named prepared statement on a pooled connection (or the transaction's): PostgreSQL
+   * plans it once per connection instead of at every request.
+   */
+  private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
+    const config = { ...statement, values };
+    if (transaction) {
+      const client = (transaction.manager.queryRunner as QueryRunner & { databaseConnection: PoolClient }).databaseConnection;
+      return (await client.query(config)).rows as Row[];
+    }
+    const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [
+      PoolClient,
+      (discard?: Error) => void,
+    ];
+    // A checked-out client has no error listener of the pool's: a lost connection must not crash the process.
+    let lost: Error | undefined;
+    const onError = (error: Error) => (lost = error);
+    client.on('error', onError);
+    try {
+      return (await client.query(config)).rows as Row[];
+    } catch (error) {
+      lost ??= error as Error; // the pool discards the connection rather than reuse one in an unknown state
+      throw error;
+    } finally {
+      client.off('error', onError);
+      release(lost);
+    }
   }
 }
 
@@ -324,6 +366,16 @@ class ChangeListener {
 /** The payload of a change notification: short, and the same on every instance. */
 function scopeDigest(scope: IdempotencyScope): string {
   return createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
+}
+
+interface Statement {
+  name: string;
+  text: string;
+}
+
+/** A statement with a name of its own (its text's digest), for PostgreSQL to prepare once per connection. */
+function prepared(text: string): Statement {
+  return { name: `idempotency_${createHash('md5').update(text).digest('hex').slice(0, 16)}`, text };
 }
 
 /** Wraps a data-modifying statement so that it answers with the number of rows it changed. */

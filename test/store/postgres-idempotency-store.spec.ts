@@ -221,7 +221,7 @@ describe('claim racing a takeover', () => {
       const retry = store.claim(scope, 'fpA', randomUUID(), timing);
       await waitFor(
         async () =>
-          (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%WITH claimed AS%'`))[0],
+          (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`))[0],
         'the retry to wait for the takeover',
       );
       await x.query('COMMIT');
