@@ -70,7 +70,7 @@ export interface BenchResult extends Measure {
   ratio: number;
 }
 
-async function measure(app: RunningApp, config: Config, round: number): Promise<Measure> {
+async function measure(app: RunningApp, config: Config, round: number, seconds = SECONDS): Promise<Measure> {
   const oneKey = `contention-${round}-${randomUUID()}`;
   let sent = 0;
   const keyFor: Record<Keys, () => string | undefined> = {
@@ -83,7 +83,7 @@ async function measure(app: RunningApp, config: Config, round: number): Promise<
     url: `${app.url}${config.path}`,
     method: 'POST',
     connections: config.connections,
-    duration: SECONDS,
+    duration: seconds,
     headers: { 'content-type': 'application/json' },
     body: JSON.stringify({ amount: 1200 }),
     requests: [
@@ -190,6 +190,8 @@ async function main(): Promise<void> {
     console.log(`Seeding ${SCALE_RECORDS.toLocaleString('en')} records and ${REPLAY_KEYS} completed keys…`);
     await seedLargeTable(databases.large);
     await seedReplayKeys(apps.empty);
+    // Warm both apps up (JIT, pooled connections, prepared statements) before anything is measured.
+    for (const config of configs) await measure(apps[config.target], { ...config, connections: 8 }, 0, 1);
     const measures = new Map<Config, Measure[]>(configs.map((config) => [config, []]));
     for (let round = 1; round <= ROUNDS; round += 1) {
       for (const config of configs) {

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableFile } from '@nestjs/common';
 import { IdempotencyBodyUnavailableError, type IdempotencyError } from './idempotency.errors.js';
@@ -42,12 +43,24 @@ export function setRetryAfter(response: ServerResponse, seconds: number): void {
  * Prepares the response for a replay and returns the value for Nest to send: the stored status and
  * headers are set here, and the stored bytes go out untouched (a `StreamableFile` is never re-serialized).
  */
-export function replayResponse(response: ServerResponse, stored: StoredResponse, replayHeaderName: string): StreamableFile | undefined {
+export function replayResponse(
+  response: ServerResponse,
+  stored: StoredResponse,
+  replayHeaderName: string,
+): StreamableFile | string | undefined {
   response.statusCode = stored.status;
   for (const [name, value] of Object.entries(stored.headers)) response.setHeader(name, value);
   response.setHeader(replayHeaderName, 'true');
   if (stored.body.length === 0) return undefined;
+  // UTF-8 text (JSON, most often) goes back as a string, which Express encodes to the same bytes, and which is
+  // much cheaper to send than a stream; anything else is streamed as it was stored.
+  if (isUtf8Text(stored) && isUtf8(stored.body)) return stored.body.toString('utf8');
   return new StreamableFile(stored.body, { length: stored.body.length });
+}
+
+function isUtf8Text({ headers }: StoredResponse): boolean {
+  const type = String(headers['content-type'] ?? '').toLowerCase();
+  return /charset=utf-8/.test(type) || (/^application\/json/.test(type) && !/charset=/.test(type));
 }
 
 /** The response Nest's exception filter would send for `error`, for when the module must send it itself. */
