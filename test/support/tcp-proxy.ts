@@ -8,6 +8,8 @@ export class TcpProxy {
   private readonly sockets = new Set<Socket>();
   private down = false;
   private dropNext = false;
+  /** Round trips sent through the proxy: PostgreSQL `Query` and `Sync` messages from its clients. */
+  roundTrips = 0;
   private readonly server = createServer((client) => {
     if (this.down) {
       client.destroy();
@@ -20,6 +22,7 @@ export class TcpProxy {
       socket.on('error', () => undefined);
     }
     client.pipe(upstream);
+    client.on('data', countMessages(this));
     if (this.dropNext) {
       // The request goes through; the first bytes of the answer cut the client off instead of reaching it.
       this.dropNext = false;
@@ -73,4 +76,27 @@ export class TcpProxy {
     this.takeDown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
+}
+
+/**
+ * Reads a PostgreSQL client's messages as they pass and counts its round trips: a simple `Query` ('Q') or
+ * an extended-protocol batch ending in `Sync` ('S'). The first message of a connection (startup, SSL request)
+ * has no type byte.
+ */
+function countMessages(proxy: TcpProxy): (chunk: Buffer) => void {
+  let pending = Buffer.alloc(0);
+  let started = false;
+  return (chunk) => {
+    pending = Buffer.concat([pending, chunk]);
+    for (;;) {
+      const header = started ? 5 : 4;
+      if (pending.length < header) return;
+      const length = started ? pending.readInt32BE(1) + 1 : pending.readInt32BE(0);
+      if (pending.length < length) return;
+      if (started && (pending[0] === 0x51 || pending[0] === 0x53)) proxy.roundTrips += 1;
+      // An SSL request is answered with one byte and followed by the real startup message.
+      if (!started && pending.readInt32BE(4) !== 80877103) started = true;
+      pending = pending.subarray(length);
+    }
+  };
 }

@@ -1,0 +1,112 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, type INestApplication, Post } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import request from 'supertest';
+import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
+import { Gate } from '../support/gate.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+let gate: Gate | undefined;
+
+@Controller('rt')
+class RoundTripController {
+  constructor(private readonly context: IdempotencyContext) {}
+
+  /** No database work of its own: every round trip counted is the module's. */
+  @Post('standard')
+  @Idempotent()
+  async standard() {
+    await gate?.pass();
+    return { ok: true };
+  }
+
+  /** One insert of its own, in the run's transaction. */
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  async transactional() {
+    await this.context.manager!.query('INSERT INTO rt_rows (key) VALUES ($1)', [this.context.run!.key]);
+    return { ok: true };
+  }
+}
+
+let db: TestDatabase;
+let proxy: TcpProxy;
+let app: INestApplication;
+let url: string;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.query('CREATE TABLE rt_rows (key text PRIMARY KEY)');
+  proxy = await TcpProxy.to(db.url);
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url: proxy.urlFor(db.url), migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      IdempotencyModule.forRoot({ accountResolver: () => 'acct' }),
+    ],
+    controllers: [RoundTripController],
+  }).compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger: false });
+  await app.listen(0, '127.0.0.1');
+  url = await app.getUrl();
+  // Warm up: open the pooled connections and prepare the statements, which are not per-request costs.
+  for (let i = 0; i < 12; i += 1) {
+    await Promise.all([send('/rt/standard', randomUUID()), send('/rt/transactional', randomUUID())]);
+  }
+});
+
+afterAll(async () => {
+  gate?.release();
+  await app?.close();
+  await proxy?.close();
+  await db?.drop();
+});
+
+function send(path: string, key: string, body: object = {}) {
+  return request(url).post(path).set('Idempotency-Key', key).send(body);
+}
+
+/** The database round trips one request costs. */
+async function roundTripsOf(requesting: () => PromiseLike<unknown>): Promise<number> {
+  const before = proxy.roundTrips;
+  await requesting();
+  return proxy.roundTrips - before;
+}
+
+describe('database round trips per request', () => {
+  it('a new key: one to claim, one to store the outcome', async () => {
+    await expect(roundTripsOf(() => send('/rt/standard', randomUUID()).expect(201))).resolves.toBe(2);
+  });
+
+  it('a replay, a reused key and a key in progress: one each', async () => {
+    const key = randomUUID();
+    await send('/rt/standard', key).expect(201);
+    await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(1);
+    await expect(roundTripsOf(() => send('/rt/standard', key, { other: 1 }).expect(422))).resolves.toBe(1);
+
+    const held = randomUUID();
+    gate = new Gate();
+    const first = send('/rt/standard', held).then((response) => response);
+    await gate.reached;
+    await expect(roundTripsOf(() => send('/rt/standard', held).expect(409))).resolves.toBe(1);
+    gate.release();
+    gate = undefined;
+    expect((await first).status).toBe(201);
+  });
+
+  it('a takeover of a lapsed lease: one to claim, one to store the outcome', async () => {
+    const key = randomUUID();
+    await db.query(
+      `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
+       VALUES ('acct', 'POST /rt/standard', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
+      [key, sha256Fingerprint({ method: 'POST', url: '/rt/standard', body: Buffer.from('{}') })],
+    );
+    await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(2);
+  });
+
+  it('transactional: the claim, then the handler\'s own transaction with the outcome in it, and one commit', async () => {
+    // claim; START TRANSACTION; the handler's INSERT; the outcome's UPDATE; COMMIT
+    await expect(roundTripsOf(() => send('/rt/transactional', randomUUID()).expect(201))).resolves.toBe(5);
+  });
+});
