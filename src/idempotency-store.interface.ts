@@ -43,6 +43,8 @@ export interface StoreTransaction {
   readonly manager: EntityManager;
   commit(): Promise<void>;
   rollback(): Promise<void>;
+  /** Cuts the transaction's connection: the database rolls back what was not committed, and the connection is not reused. */
+  abandon(): void;
 }
 
 /** Storage of idempotency records. Every time comparison is made on the store's clock. */

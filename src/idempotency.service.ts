@@ -20,6 +20,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreTransaction,
 } from './idempotency-store.interface.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
@@ -143,8 +144,8 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     if (transaction && final) return this.commitWithOutcome(run, response, policy);
     if (transaction) {
       // A streamed response reached the client as the handler wrote it: its writes stand.
-      await (response === undefined && !failed ? transaction.commit() : transaction.rollback()).catch((error: unknown) =>
-        this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`),
+      await this.endTransaction(transaction, response === undefined && !failed ? 'commit' : 'rollback', policy).catch(
+        (error: unknown) => this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`),
       );
     }
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
@@ -264,16 +265,16 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     try {
       const held = await withTimeout(this.store.complete(run.claim, response, policy.ttlSeconds, transaction), policy, 'storing the outcome');
       if (!held) {
-        await transaction.rollback();
+        await this.endTransaction(transaction, 'rollback', policy);
         this.logger.warn(
           `The claim on ${describe(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
         );
         return new RequestInProgressError(policy.retryAfterSeconds);
       }
-      await withTimeout(transaction.commit(), policy, 'committing');
+      await this.endTransaction(transaction, 'commit', policy);
       return undefined;
     } catch (error) {
-      await transaction.rollback().catch(() => undefined);
+      await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
       this.logger.error(
         `Committing the work and outcome of ${describe(run.scope)} failed; the client gets 503, and its retry ` +
           `gets the outcome if the commit went through after all, or runs again: ${error}`,
@@ -282,6 +283,17 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       await this.finalize(run.claim, undefined, policy);
       return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
+  }
+
+  /**
+   * Commits or rolls back within `storeTimeoutSeconds`; past it, the connection is cut, so that a stalled
+   * database neither holds the response nor keeps the connection (PostgreSQL rolls back what was not committed).
+   */
+  private async endTransaction(transaction: StoreTransaction, ending: 'commit' | 'rollback', policy: IdempotencyPolicy) {
+    await withTimeout(transaction[ending](), policy, ending === 'commit' ? 'committing' : 'rolling back').catch((error: unknown) => {
+      if (error instanceof StoreTimeoutError) transaction.abandon();
+      throw error;
+    });
   }
 
   /**
@@ -343,12 +355,14 @@ function parseResult<T>(response: StoredResponse): T {
   return JSON.parse(response.body.toString('utf8')) as T;
 }
 
+class StoreTimeoutError extends Error {}
+
 /** Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. */
 async function withTimeout<T>(operation: Promise<T>, policy: IdempotencyPolicy, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new Error(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
+      () => reject(new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
       policy.storeTimeoutSeconds * 1000,
     );
   });

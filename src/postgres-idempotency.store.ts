@@ -267,6 +267,12 @@ class QueryRunnerTransaction implements StoreTransaction {
     }
   }
 
+  abandon(): void {
+    const client = (this.runner as QueryRunner & { databaseConnection?: { connection?: { stream?: { destroy(): void } } } })
+      .databaseConnection;
+    client?.connection?.stream?.destroy();
+  }
+
   private async end(): Promise<void> {
     if (this.runner.isReleased) return;
     await this.runner.release();

@@ -17,6 +17,7 @@ import { mergeMap, race, Subject, take, throwError } from 'rxjs';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { Request } from 'express';
+import pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import {
@@ -371,6 +372,27 @@ describe('when the database goes away', () => {
     expect(rerun.status).toBe(201);
     expect(rerun.headers['idempotent-replay']).toBeUndefined();
     await expect(rowsOf(key)).resolves.toHaveLength(2);
+  });
+
+  it('answers 503 within bounds when the outcome cannot be written in the transaction, and keeps nothing', async () => {
+    const key = randomUUID();
+    const { gate, answer } = await sendHeld('/tx/write', key, { gated: true });
+    // Another session holds the record: the outcome's UPDATE, then the rollback behind it, stall.
+    const locker = new pg.Client({ connectionString: db.url });
+    await locker.connect();
+    await locker.query('BEGIN');
+    await locker.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [key]);
+    try {
+      gate.release();
+      const refused = await answer;
+      expect(refused.status).toBe(503);
+      expect(refused.body.error).toBe('idempotency_store_unavailable');
+    } finally {
+      await locker.query('ROLLBACK');
+      await locker.end();
+    }
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
   });
 
   it('answers 503 in transactional mode when it is lost before the commit, keeping nothing; the retry runs once', async () => {

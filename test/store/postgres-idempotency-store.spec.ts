@@ -271,6 +271,22 @@ describe('transactions', () => {
   });
 });
 
+describe('abandon', () => {
+  it('cuts the transaction\'s connection: its session ends and what it wrote is rolled back', async () => {
+    await db.query('CREATE TABLE IF NOT EXISTS abandoned_work (key text PRIMARY KEY)');
+    const transaction = await store.beginTransaction();
+    const [{ pid }] = await transaction.manager.query('SELECT pg_backend_pid() AS pid');
+    await transaction.manager.query(`INSERT INTO abandoned_work (key) VALUES ('lost')`);
+    transaction.abandon();
+    await waitFor(
+      async () => ((await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0 ? true : undefined),
+      'the session to end',
+    );
+    await expect(transaction.rollback()).rejects.toThrow();
+    await expect(db.query('SELECT * FROM abandoned_work')).resolves.toEqual([]);
+  });
+});
+
 describe('waitForChange', () => {
   it('wakes the waiters of a scope when its outcome is stored or its claim released, not others', async () => {
     for (const end of ['complete', 'release'] as const) {

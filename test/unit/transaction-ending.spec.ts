@@ -1,0 +1,37 @@
+import { randomUUID } from 'node:crypto';
+import {
+  type IdempotencyStore,
+  IdempotencyRun,
+  IdempotencyService,
+  resolvePolicy,
+  type StoreTransaction,
+} from '../../src/index.js';
+
+/** A transaction whose database never answers its rollback or commit. */
+class StalledTransaction implements StoreTransaction {
+  readonly manager = {} as StoreTransaction['manager'];
+  abandoned = false;
+  commit = () => new Promise<void>(() => undefined);
+  rollback = () => new Promise<void>(() => undefined);
+  abandon(): void {
+    this.abandoned = true;
+  }
+}
+
+describe('ending a transaction the database does not answer', () => {
+  it.each([
+    ['rolls back', { response: undefined, failed: true }],
+    ['commits', { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false }],
+  ])('gives up after storeTimeoutSeconds when it %s, and cuts the connection', async (_case, outcome) => {
+    const store = {
+      release: async () => true,
+      complete: async () => true,
+    } as unknown as IdempotencyStore;
+    const service = new IdempotencyService(store, { accountResolver: () => 'acct' });
+    const transaction = new StalledTransaction();
+    const run = new IdempotencyRun({ scope: { account: 'acct', endpoint: 'POST /x', key: randomUUID() }, attempt: randomUUID() }, false, transaction);
+    const policy = resolvePolicy({ storeTimeoutSeconds: 0.05 });
+    await service.finish(run, outcome, policy);
+    expect(transaction.abandoned).toBe(true);
+  });
+});
