@@ -36,7 +36,7 @@ import { parseIdempotencyKey } from './idempotency-key.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
-import { IdempotencyService } from './idempotency.service.js';
+import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
@@ -97,20 +97,25 @@ export class IdempotencyInterceptor implements NestInterceptor {
     const finish = async (sent: SentResponse | undefined): Promise<StoredResponse | undefined> => {
       if (attempt.finished) return undefined;
       attempt.finished = true;
-      // The response can end while the handler still runs (an outer timeout interceptor answered, the client
-      // left): the outcome is known, and a transaction may end, only once the handler is done. A response that
-      // came before the handler's own answer is not its outcome, unless the handler writes through `res` itself.
-      const answeredFirst = plan.storable && !plan.passthrough && !attempt.settled;
-      await settled;
       if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
-      try {
-        const response = sent?.storable && !answeredFirst ? sent.response : undefined;
-        const error = await this.idempotency.finish(run, { response, failed: attempt.failed || answeredFirst }, policy);
-        return error && errorResponse(error);
-      } catch (error) {
-        this.logger.error(`Finalizing key ${JSON.stringify(key)} of ${scope.endpoint} failed: ${error}`);
+      const conclude = async (outcome: AttemptOutcome) => {
+        try {
+          const error = await this.idempotency.finish(run, outcome, policy);
+          return error && errorResponse(error);
+        } catch (error) {
+          this.logger.error(`Finalizing key ${JSON.stringify(key)} of ${scope.endpoint} failed: ${error}`);
+          return undefined;
+        }
+      };
+      // The response can end while the handler still runs (an outer timeout interceptor answered): that answer
+      // is not the handler's outcome, so it goes out at once, and the attempt ends as failed (claim released,
+      // writes rolled back) once the handler is done, as a transaction must not end under a running handler.
+      if (plan.storable && !plan.passthrough && !attempt.settled) {
+        void settled.then(() => conclude({ response: undefined, failed: true }));
         return undefined;
       }
+      await settled;
+      return conclude({ response: sent?.storable ? sent.response : undefined, failed: attempt.failed });
     };
     const capture = captureResponse(
       response,
@@ -168,9 +173,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
       },
       complete: () => {
         outcome.complete();
-        unlessNestResponds(() =>
-          isSerializableBody(last) ? this.adapterHost.httpAdapter.reply(response, last) : void finish(undefined),
-        );
+        unlessNestResponds(() => {
+          try {
+            if (!isSerializableBody(last)) throw new Error('not a body that can be sent as JSON or text');
+            this.adapterHost.httpAdapter.reply(response, last);
+          } catch {
+            void finish(undefined); // nothing can be stored: free the key
+          }
+        });
       },
     });
     return outcome.asObservable();

@@ -273,10 +273,20 @@ class QueryRunnerTransaction implements StoreTransaction {
     client?.connection?.stream?.destroy();
   }
 
+  private done = false;
+
+  /**
+   * Gives the connection and the transaction slot back, once. Tracked here, not by `runner.isReleased`: TypeORM
+   * releases a runner whose connection died on its own, and the slot must still be freed then.
+   */
   private async end(): Promise<void> {
-    if (this.runner.isReleased) return;
-    await this.runner.release();
-    this.ended();
+    if (this.done) return;
+    this.done = true;
+    try {
+      if (!this.runner.isReleased) await this.runner.release();
+    } finally {
+      this.ended();
+    }
   }
 }
 

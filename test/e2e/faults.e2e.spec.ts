@@ -233,11 +233,13 @@ describe('transactional mode', () => {
     const answered = answer.then((response) => response);
     await gate.reached;
     outerTimeouts.next();
-    await new Promise((resolve) => setImmediate(resolve)); // the 408 is written before the handler goes on
-    gate.release();
+    // The timeout's answer goes out at once, while the handler still waits at its gate.
     expect((await answered).status).toBe(408);
+    await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
+    gate.release();
+    // Once the handler is done, its attempt ends as failed: the key is released, its write rolled back.
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
     await expect(rowsOf(key)).resolves.toEqual([]);
-    await expect(recordOf(key)).resolves.toBeUndefined();
   });
 
   it('tells the handler its key, scope and a stable derived key for downstream calls', async () => {

@@ -285,6 +285,26 @@ describe('abandon', () => {
     await expect(transaction.rollback()).rejects.toThrow();
     await expect(db.query('SELECT * FROM abandoned_work')).resolves.toEqual([]);
   });
+
+  it('gives the transaction slot back, so that later transactions still begin', async () => {
+    // A pool of three leaves one transaction slot.
+    const small = new DataSource({ type: 'postgres', url: db.url, extra: { max: 3 } });
+    await small.initialize();
+    const oneSlot = new PostgresIdempotencyStore(small, 'idempotency_records');
+    try {
+      for (let i = 0; i < 3; i += 1) {
+        const transaction = await Promise.race([
+          oneSlot.beginTransaction(),
+          new Promise<never>((_, reject) => setTimeout(() => reject(new Error('no transaction slot is free')), 5_000).unref()),
+        ]);
+        transaction.abandon();
+        await transaction.rollback().catch(() => undefined);
+      }
+    } finally {
+      await oneSlot.close();
+      await small.destroy();
+    }
+  });
 });
 
 describe('waitForChange', () => {
