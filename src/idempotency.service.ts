@@ -237,7 +237,9 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       clearInterval(this.leases.get(run));
       this.leases.delete(run);
     };
+    let renewing = false;
     const timer = setInterval(() => {
+      if (renewing) return; // a renewal still waiting for the database: do not pile more up behind it
       if (Date.now() >= holdUntil) {
         stop();
         this.logger.warn(
@@ -246,7 +248,8 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
         );
         return;
       }
-      this.store.renew(run.claim, timing).then(
+      renewing = true;
+      this.store.renew(run.claim, timing).finally(() => (renewing = false)).then(
         (held) => {
           if (held || !this.leases.has(run)) return; // still held, or the attempt finished meanwhile
           stop();
