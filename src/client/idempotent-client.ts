@@ -37,7 +37,7 @@ export async function idempotentFetch(input: string | URL, init: IdempotentReque
       attempts = attempt;
       return send(input, { ...request, headers, signal: retry?.signal ?? request.signal });
     },
-    { signal: request.signal ?? undefined, ...retry },
+    { ...retry, signal: retry?.signal ?? request.signal ?? undefined },
   );
   return { response, replayed: response.headers.get(replayHeaderName ?? 'Idempotent-Replay') === 'true', idempotencyKey, attempts };
 }
