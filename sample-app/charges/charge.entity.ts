@@ -1,20 +1,9 @@
-import { Column, CreateDateColumn, Entity, Index, PrimaryColumn } from 'typeorm';
+import { Column, CreateDateColumn, Entity, Index } from 'typeorm';
+import { MoneyMovement } from '../money-movement.entity.js';
 
 @Entity({ name: 'charges' })
 @Index('charges_account_created_idx', ['account', 'created'])
-export class Charge {
-  @PrimaryColumn({ type: 'text' })
-  id: string;
-
-  @Column({ type: 'text' })
-  account: string;
-
-  @Column({ type: 'integer' })
-  amount: number;
-
-  @Column({ type: 'varchar', length: 3 })
-  currency: string;
-
+export class Charge extends MoneyMovement {
   @Column({ type: 'text' })
   status: string;
 

@@ -1,20 +1,9 @@
-import { Column, CreateDateColumn, Entity, PrimaryColumn } from 'typeorm';
+import { Column, CreateDateColumn, Entity } from 'typeorm';
+import { MoneyMovement } from '../money-movement.entity.js';
 
 /** A payout to make, by the background worker. Its idempotency key is created with it and kept with it. */
 @Entity({ name: 'payout_jobs' })
-export class PayoutJob {
-  @PrimaryColumn({ type: 'text' })
-  id: string;
-
-  @Column({ type: 'text' })
-  account: string;
-
-  @Column({ type: 'integer' })
-  amount: number;
-
-  @Column({ type: 'varchar', length: 3 })
-  currency: string;
-
+export class PayoutJob extends MoneyMovement {
   @Column({ type: 'text' })
   status: 'pending' | 'paid';
 
