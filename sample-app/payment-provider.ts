@@ -1,5 +1,5 @@
 import { setTimeout as delay } from 'node:timers/promises';
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable, Logger, type OnModuleDestroy } from '@nestjs/common';
 import pg from 'pg';
 import { newId } from './ids.js';
 import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
@@ -43,9 +43,12 @@ export interface PaymentProvider {
 @Injectable()
 export class FakePaymentProvider implements PaymentProvider, OnModuleDestroy {
   private readonly ledger: pg.Pool;
+  private readonly logger = new Logger('FakePaymentProvider');
 
   constructor(@Inject(SAMPLE_CONFIG) private readonly config: SampleConfig) {
     this.ledger = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
+    // An idle connection the database cut is replaced by the pool; its error must not bring the app down.
+    this.ledger.on('error', (error) => this.logger.warn(`A provider ledger connection was lost: ${error.message}`));
   }
 
   async onModuleDestroy(): Promise<void> {

@@ -16,6 +16,9 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
   const pool = new pg.Pool({ connectionString: url.toString(), max: 4 });
+  // An idle connection can be cut under the test (a database dropped or a session terminated by another test):
+  // the pool replaces it; without a listener its 'error' event would fail whichever test is running.
+  pool.on('error', () => undefined);
   return {
     url: url.toString(),
     query: async <Row>(sql: string, params?: unknown[]) => (await pool.query(sql, params)).rows as Row[],
