@@ -198,11 +198,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       ]);
       plan =
         methodOptions || classOptions
-          ? {
-              policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
-              storable: !writesItsOwnResponse(controller, handler),
-              passthrough: takesPassthroughResponse(controller, handler),
-            }
+          ? { policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }), ...responseHandlingOf(controller, handler) }
           : null;
       plans.set(handler, plan);
     }
@@ -226,32 +222,25 @@ async function accountOf(context: ExecutionContext, policy: IdempotencyPolicy): 
 }
 
 /**
- * Routes whose response Nest does not send from the handler's value: SSE, `@Redirect()`, `@Render()`, and
- * routes that take `@Res()`/`@Next()` without passthrough. Their responses are not stored, since a replay
- * could not be sent the way they send.
+ * How a route's response is written. Not storable: routes whose response Nest does not send from the handler's
+ * value (SSE, `@Redirect()`, `@Render()`, and `@Res()`/`@Next()` without passthrough), since a replay could not be
+ * sent the way they send. Passthrough: the handler takes `@Res({ passthrough: true })` and may write through it.
  */
-function writesItsOwnResponse(controller: Type, handler: object): boolean {
+function responseHandlingOf(controller: Type, handler: object): { storable: boolean; passthrough: boolean } {
+  // Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`.
+  const methodName = methodNameOf(controller, handler);
+  if (methodName === undefined) return { storable: false, passthrough: false };
+  const passthrough = Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
   if ([SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)) {
-    return true;
+    return { storable: false, passthrough };
   }
-  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
-  return takesResponse(controller, handler) && !takesPassthroughResponse(controller, handler);
-}
-
-function takesPassthroughResponse(controller: Type, handler: object): boolean {
-  const methodName = methodNameOf(controller, handler);
-  return methodName !== undefined && Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
-}
-
-/** Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`. */
-function takesResponse(controller: Type, handler: object): boolean {
-  const methodName = methodNameOf(controller, handler);
-  if (methodName === undefined) return true;
   const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {};
-  return Object.keys(args).some((key) => {
+  const takesResponse = Object.keys(args).some((key) => {
     const type = Number(key.split(':')[0]);
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
+  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
+  return { storable: !takesResponse || passthrough, passthrough };
 }
 
 function methodNameOf(controller: Type, handler: object): string | undefined {

@@ -139,16 +139,15 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     clearInterval(this.leases.get(run));
     this.leases.delete(run);
     const { response, failed } = outcome;
-    const final = response !== undefined && !failed && policy.isFinalStatus(response.status);
+    const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
-    if (transaction && final) return this.commitWithOutcome(run, response, policy);
+    if (transaction && storable && !failed) return this.commitWithOutcome(run, storable, policy);
     if (transaction) {
       // A streamed response reached the client as the handler wrote it: its writes stand.
       await this.endTransaction(transaction, response === undefined && !failed ? 'commit' : 'rollback', policy).catch(
         (error: unknown) => this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`),
       );
     }
-    const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const held = await this.finalize(run.claim, storable, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
     return held === false && storable && !failed ? new RequestInProgressError(policy.retryAfterSeconds) : undefined;
