@@ -31,6 +31,10 @@ export class IdempotencyRecord {
   @Column({ type: 'integer', default: 1 })
   attempts: number;
 
+  /** An attempt waits for this record's outcome (`inFlight: 'wait'`): completing or releasing it notifies. */
+  @Column({ type: 'boolean', default: false })
+  awaited: boolean;
+
   @Column({ name: 'response_status', type: 'smallint', nullable: true })
   responseStatus: number | null;
 

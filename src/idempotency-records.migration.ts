@@ -24,6 +24,7 @@ export function createIdempotencyRecordsMigration(tableName: string = DEFAULT_TA
           status           text                     NOT NULL,
           attempt          uuid                     NOT NULL,
           attempts         integer                  NOT NULL DEFAULT 1,
+          awaited          boolean                  NOT NULL DEFAULT false,
           response_status  smallint,
           response_headers jsonb,
           response_body    bytea,

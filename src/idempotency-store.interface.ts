@@ -58,11 +58,19 @@ export interface IdempotencyStore {
   renew(claim: IdempotencyClaim, timing: ClaimTiming): Promise<boolean>;
   /**
    * Stores the outcome, inside `transaction` when given; false when the claim is no longer held.
-   * Attempts waiting for the scope are woken when it commits.
+   * Attempts awaiting the outcome (`awaitOutcome`) are woken when it commits.
    */
   complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number, transaction?: StoreTransaction): Promise<boolean>;
-  /** Deletes the in-progress record so that a retry runs again; false when the claim is no longer held. */
+  /**
+   * Deletes the in-progress record so that a retry runs again; false when the claim is no longer held.
+   * Attempts awaiting the outcome are woken when it commits.
+   */
   release(claim: IdempotencyClaim): Promise<boolean>;
+  /**
+   * Asks for the waiters of `scope` (`waitForChange`) to be woken when its in-progress record is completed or
+   * released; false when it no longer is in progress with a live lease (claim again).
+   */
+  awaitOutcome(scope: IdempotencyScope): Promise<boolean>;
   /**
    * `changed` resolves when the record of `scope` may have been completed or released, or after `timeoutMs`;
    * `listening` once changes are being listened for (or listening failed, leaving only the timeout).

@@ -125,7 +125,8 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
         return { action: 'replay', response: existing.response };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds);
-      await waiting.changed;
+      if (await this.awaitOutcome(scope, policy, waiting.cancel)) await waiting.changed;
+      else waiting.cancel(); // completed, released or lapsed meanwhile: claim again at once
     }
   }
 
@@ -205,6 +206,17 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     });
+  }
+
+  /** Asks to be woken when the outcome of `scope` is stored or its claim released; false when it already was. */
+  private async awaitOutcome(scope: IdempotencyScope, policy: IdempotencyPolicy, cancelWaiting: () => void): Promise<boolean> {
+    try {
+      return await withTimeout(this.store.awaitOutcome(scope), policy, 'awaiting the outcome');
+    } catch (error) {
+      cancelWaiting();
+      this.logger.error(`Waiting for ${describe(scope)} failed; the request is refused with 503: ${error}`);
+      throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    }
   }
 
   /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */

@@ -45,6 +45,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly renewSql: Statement;
   private readonly completeSql: Statement;
   private readonly releaseSql: Statement;
+  private readonly awaitSql: Statement;
   private readonly purgeSql: Statement;
   private readonly changes: ChangeListener;
   private readonly transactionSlots: Slots;
@@ -64,9 +65,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.transactionSlots = new Slots(Math.max(1, (extra?.max ?? poolSize ?? 10) - 2));
     const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
     const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
-    // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits).
+    // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
+    // one has asked to be: a NOTIFY serializes every notifying commit of the cluster on one lock.
     const notifying = (statement: string) =>
-      countingRows(`${statement}`, `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3))`);
+      countingRows(statement, `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`);
 
     // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
     // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
@@ -88,7 +90,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
           fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
           attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
           created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
-          completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL
+          completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
+          awaited = r.awaited AND r.status = 'in_progress'
         WHERE r.expires_at <= now()
            OR (r.status = 'in_progress' AND r.locked_until <= now() AND r.fingerprint = EXCLUDED.fingerprint)
         RETURNING attempts > 1 AS takeover
@@ -114,9 +117,16 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
           completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
       WHERE ${held}
+      RETURNING awaited`),
+    );
+    this.releaseSql = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
+    // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on.
+    this.awaitSql = prepared(
+      countingRows(`
+      UPDATE ${table} SET awaited = true
+      WHERE ${scope} AND status = 'in_progress' AND locked_until > now()
       RETURNING 1`),
     );
-    this.releaseSql = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING 1`));
     // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
     this.purgeSql = prepared(
       countingRows(`
@@ -172,6 +182,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
     return (await this.count(this.releaseSql, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
+  }
+
+  async awaitOutcome(scope: IdempotencyScope): Promise<boolean> {
+    return (await this.count(this.awaitSql, [scope.account, scope.endpoint, scope.key])) === 1;
   }
 
   waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
@@ -394,9 +408,13 @@ function prepared(text: string): Statement {
   return { name: `idempotency_${createHash('md5').update(text).digest('hex').slice(0, 16)}`, text };
 }
 
-/** Wraps a data-modifying statement so that it answers with the number of rows it changed. */
-function countingRows(statement: string, forEachRow = 'SELECT 1'): string {
-  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed, LATERAL (${forEachRow}) AS each_row`;
+/**
+ * Wraps a data-modifying statement so that it answers with the number of rows it changed, running `forEachRow`
+ * (which may filter itself out) once per changed row.
+ */
+function countingRows(statement: string, forEachRow?: string): string {
+  const each = forEachRow ? ` LEFT JOIN LATERAL (${forEachRow}) AS each_row ON true` : '';
+  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed${each}`;
 }
 
 function toExistingRecord(row: ClaimRow): ExistingRecord {

@@ -1,4 +1,4 @@
-import { randomUUID } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
 import {
@@ -307,8 +307,20 @@ describe('abandon', () => {
   });
 });
 
-describe('waitForChange', () => {
-  it('wakes the waiters of a scope when its outcome is stored or its claim released, not others', async () => {
+describe('waitForChange and awaitOutcome', () => {
+  /** Records which scopes were notified on the store's channel, as a second listener sees them. */
+  async function listenToNotifications(): Promise<{ notified(scope: IdempotencyScope): boolean; close(): Promise<void> }> {
+    const client = new pg.Client({ connectionString: db.url });
+    await client.connect();
+    const [{ channel }] = (await client.query(`SELECT 'idempotency_' || left(md5('idempotency_records'), 20) AS channel`)).rows;
+    const payloads: string[] = [];
+    client.on('notification', (message) => payloads.push(message.payload ?? ''));
+    await client.query(`LISTEN ${channel}`);
+    const digest = (scope: IdempotencyScope) => createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
+    return { notified: (scope) => payloads.includes(digest(scope)), close: () => client.end() };
+  }
+
+  it('wakes the waiters of an awaited scope when its outcome is stored or its claim released, not others', async () => {
     for (const end of ['complete', 'release'] as const) {
       const scope = newScope();
       const other = newScope();
@@ -318,16 +330,64 @@ describe('waitForChange', () => {
       const otherWaiting = store.waitForChange(other, 30_000);
       let otherWoken = false;
       void otherWaiting.changed.then(() => (otherWoken = true));
-      // Give the listener its first connection before the change (a real waiter claims first, which takes longer).
-      await waitFor(
-        async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`))[0],
-        'the listener',
-      );
+      await waiting.listening;
+      await expect(store.awaitOutcome(scope)).resolves.toBe(true);
       if (end === 'complete') await store.complete({ scope, attempt }, response, 60);
       else await store.release({ scope, attempt });
       await waiting.changed;
       expect(otherWoken).toBe(false);
       otherWaiting.cancel();
+    }
+  });
+
+  it('sends no notification for an outcome nobody awaits', async () => {
+    const notifications = await listenToNotifications();
+    try {
+      const [quiet, awaited] = [newScope(), newScope()];
+      const [quietAttempt, awaitedAttempt] = [randomUUID(), randomUUID()];
+      await store.claim(quiet, 'fp', quietAttempt, timing);
+      await store.claim(awaited, 'fp', awaitedAttempt, timing);
+      await store.awaitOutcome(awaited);
+      await store.complete({ scope: quiet, attempt: quietAttempt }, response, 60);
+      await store.complete({ scope: awaited, attempt: awaitedAttempt }, response, 60);
+      // Notifications arrive in commit order: once the awaited one is in, the quiet one would have been too.
+      await waitFor(async () => (notifications.notified(awaited) ? true : undefined), 'the notification of the awaited outcome');
+      expect(notifications.notified(quiet)).toBe(false);
+    } finally {
+      await notifications.close();
+    }
+  });
+
+  it('refuses to await a scope that is not in progress under a live lease, so that the waiter claims again', async () => {
+    const completed = newScope();
+    const attempt = randomUUID();
+    await store.claim(completed, 'fp', attempt, timing);
+    await store.complete({ scope: completed, attempt }, response, 60);
+    await expect(store.awaitOutcome(completed)).resolves.toBe(false);
+    await expect(store.awaitOutcome(newScope())).resolves.toBe(false);
+
+    const lapsed = newScope();
+    await store.claim(lapsed, 'fp', randomUUID(), { ...timing, leaseSeconds: 0.001 });
+    await waitFor(
+      async () => (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND locked_until <= now()`, [lapsed.key]))[0],
+      'the lease to lapse',
+    );
+    await expect(store.awaitOutcome(lapsed)).resolves.toBe(false);
+  });
+
+  it('keeps a takeover awaited: the outcome of the attempt that took the key over wakes the waiters', async () => {
+    const notifications = await listenToNotifications();
+    try {
+      const scope = newScope();
+      await store.claim(scope, 'fp', randomUUID(), timing);
+      await store.awaitOutcome(scope);
+      await db.query(`UPDATE idempotency_records SET locked_until = now() WHERE idempotency_key = $1`, [scope.key]);
+      const taker = randomUUID();
+      await expect(store.claim(scope, 'fp', taker, timing)).resolves.toEqual({ claimed: true, takeover: true });
+      await store.complete({ scope, attempt: taker }, response, 60);
+      await waitFor(async () => (notifications.notified(scope) ? true : undefined), 'the notification');
+    } finally {
+      await notifications.close();
     }
   });
 
