@@ -69,7 +69,11 @@ class BenchController {
         extra: { max: 20 },
       }),
     }),
-    IdempotencyModule.forRoot({ accountResolver: () => 'bench' }),
+    IdempotencyModule.forRoot({
+      accountResolver: () => 'bench',
+      // BENCH_REPLAY_CACHE=off: every replay reads the database, as on an instance that has not seen the key.
+      ...(process.env.BENCH_REPLAY_CACHE === 'off' ? { replayCache: false as const } : {}),
+    }),
   ],
   controllers: [BenchController],
 })

@@ -26,8 +26,11 @@ interface Config {
   path: string;
   connections: number;
   keys: Keys;
-  /** Which app: on an empty records table, or on one holding SCALE_RECORDS records. */
-  target: 'empty' | 'large';
+  /**
+   * Which app: on an empty records table, the same without its replay cache, or on a table holding
+   * SCALE_RECORDS records.
+   */
+  target: 'empty' | 'uncached' | 'large';
   /** The baseline it is compared with. */
   baseline: string;
 }
@@ -47,6 +50,7 @@ const configs: Config[] = [
     ] satisfies Config[];
   }),
   { name: 'replays', path: '/bench/standard', connections: 64, keys: 'completed', target: 'empty', baseline: 'baseline @64' },
+  { name: 'replays, from the database', path: '/bench/standard', connections: 64, keys: 'completed', target: 'uncached', baseline: 'baseline @64' },
   { name: 'contention (one key)', path: '/bench/standard', connections: 64, keys: 'one', target: 'empty', baseline: 'baseline @64' },
 ];
 
@@ -182,6 +186,7 @@ async function main(): Promise<void> {
   const databases = { empty: await createTestDatabase(), large: await createTestDatabase() };
   const apps: Record<Config['target'], RunningApp> = {
     empty: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.empty.url }),
+    uncached: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
     large: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.large.url }),
   };
   try {

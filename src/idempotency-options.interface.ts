@@ -76,6 +76,13 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * 250 ms; the response is not held meanwhile. Default: 5.
    */
   finalizeRetries?: number;
+  /**
+   * Completed outcomes this process keeps in memory, so that their replays (and refusals of their keys with
+   * another request) skip the database. A completed record does not change until it expires, so an entry
+   * answers what the database would; it is dropped when its record expires or after `maxAgeSeconds`, whichever
+   * is first. `false` turns it off. Default: `{ maxEntries: 10_000, maxBytes: 16 MiB, maxAgeSeconds: 60 }`.
+   */
+  replayCache?: false | { maxEntries?: number; maxBytes?: number; maxAgeSeconds?: number };
   /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
   purgeIntervalSeconds?: number;
   /** Records deleted per purge statement. Default: 1000. */

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+import type { ReplayCacheLimits } from './replay-cache.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
@@ -55,12 +56,19 @@ export const DEFAULT_TABLE_NAME = 'idempotency_records';
 
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
 export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds?: number } {
-  const batchSize = options.purgeBatchSize ?? 1000;
-  if (!Number.isSafeInteger(batchSize) || batchSize <= 0) {
-    throw new RangeError(`Idempotency option purgeBatchSize must be a positive integer, got ${batchSize}`);
-  }
+  const batchSize = positiveInteger('purgeBatchSize', options.purgeBatchSize ?? 1000);
   const intervalSeconds = options.purgeIntervalSeconds;
   return { batchSize, intervalSeconds: intervalSeconds === undefined ? undefined : positive('purgeIntervalSeconds', intervalSeconds) };
+}
+
+/** The replay cache's limits, checked, or `undefined` when it is off. */
+export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
+  if (replayCache === false) return undefined;
+  return {
+    maxEntries: positiveInteger('replayCache.maxEntries', replayCache.maxEntries ?? 10_000),
+    maxBytes: positiveInteger('replayCache.maxBytes', replayCache.maxBytes ?? 16 * 1024 * 1024),
+    maxAgeSeconds: positive('replayCache.maxAgeSeconds', replayCache.maxAgeSeconds ?? 60),
+  };
 }
 
 export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}): IdempotencyPolicy {
@@ -92,6 +100,13 @@ export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOpti
 function positive(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0) {
     throw new RangeError(`Idempotency option ${name} must be a positive number, got ${value}`);
+  }
+  return value;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value <= 0) {
+    throw new RangeError(`Idempotency option ${name} must be a positive integer, got ${value}`);
   }
   return value;
 }

@@ -18,7 +18,7 @@ export interface StoredResponse {
 /** The record that held the scope when a claim did not win it. */
 export type ExistingRecord =
   | { status: 'in_progress'; fingerprint: string }
-  | { status: 'completed'; fingerprint: string; response: StoredResponse };
+  | { status: 'completed'; fingerprint: string; response: StoredResponse; /** Left before it expires. */ expiresInSeconds: number };
 
 export type ClaimResult =
   /** `takeover`: the claim took over an in-progress record whose lease had lapsed (its holder may have died). */

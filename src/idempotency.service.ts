@@ -9,7 +9,7 @@ import {
   RequestInProgressError,
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings } from './idempotency-policy.js';
+import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings, resolveReplayCacheLimits } from './idempotency-policy.js';
 import { canonicalJson } from './client/idempotency-keys.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
@@ -22,6 +22,7 @@ import type {
   StoredResponse,
   StoreTransaction,
 } from './idempotency-store.interface.js';
+import { ReplayCache } from './replay-cache.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision = { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
@@ -63,6 +64,9 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
   private readonly purge: ReturnType<typeof resolvePurgeSettings>;
   private readonly leases = new Map<IdempotencyRun, NodeJS.Timeout>();
+  private readonly replays?: ReplayCache;
+  /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
+  private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: number }>();
   private purgeTimer?: NodeJS.Timeout;
 
   constructor(
@@ -71,6 +75,8 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   ) {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
     this.purge = resolvePurgeSettings(options);
+    const replayCacheLimits = resolveReplayCacheLimits(options);
+    if (replayCacheLimits) this.replays = new ReplayCache(replayCacheLimits);
   }
 
   onModuleInit(): void {
@@ -101,21 +107,34 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
    * work never runs inside the claim's transaction.
    */
   async begin(scope: IdempotencyScope, fingerprint: string, policy: IdempotencyPolicy): Promise<IdempotencyDecision> {
+    // A completed record does not change until it expires: one this process has seen is answered from memory.
+    const cached = this.replays?.get(scope);
+    if (cached) {
+      if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError();
+      return { action: 'replay', response: cached.response };
+    }
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
     const deadline = Date.now() + (policy.inFlight === 'wait' ? policy.inFlightWaitSeconds * 1000 : 0);
     for (;;) {
       // Listening starts before the claim, so that an outcome stored right after it is not missed.
       const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
       await waiting?.listening;
+      const since = performance.now();
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
         waiting?.cancel();
         throw error;
       });
       if (result.claimed) {
         waiting?.cancel();
-        return { action: 'run', run: await this.startRun(claim, result.takeover, policy) };
+        const run = await this.startRun(claim, result.takeover, policy);
+        this.claimsOf.set(run, { fingerprint, since });
+        return { action: 'run', run };
       }
       const { existing } = result;
+      if (existing.status === 'completed') {
+        const { fingerprint: claimedWith, response, expiresInSeconds } = existing;
+        this.replays?.remember(scope, { fingerprint: claimedWith, response }, expiresInSeconds, since);
+      }
       if (existing.fingerprint !== fingerprint) {
         waiting?.cancel();
         throw new IdempotencyKeyReuseError();
@@ -150,8 +169,15 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       );
     }
     const held = await this.finalize(run.claim, storable, policy);
+    if (held && storable) this.rememberOutcome(run, storable, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
     return held === false && storable && !failed ? new RequestInProgressError(policy.retryAfterSeconds) : undefined;
+  }
+
+  /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */
+  private rememberOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): void {
+    const claimed = this.claimsOf.get(run);
+    if (claimed) this.replays?.remember(run.scope, { fingerprint: claimed.fingerprint, response }, policy.ttlSeconds, claimed.since);
   }
 
   /**
@@ -286,6 +312,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
         return new RequestInProgressError(policy.retryAfterSeconds);
       }
       await this.endTransaction(transaction, 'commit', policy);
+      this.rememberOutcome(run, response, policy);
       return undefined;
     } catch (error) {
       await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);

@@ -29,6 +29,7 @@ interface ClaimRow {
   response_status: number | null;
   response_headers: Record<string, string | string[]> | null;
   response_body: Buffer | null;
+  expires_in: number | null;
 }
 
 /**
@@ -76,6 +77,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.claimSql = prepared(`
       WITH current AS (
         SELECT fingerprint, status, response_status, response_headers, response_body,
+               extract(epoch FROM expires_at - now())::float8 AS expires_in,
                expires_at > now() AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4) AS holds
         FROM ${table}
         WHERE ${scope}
@@ -97,10 +99,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         RETURNING attempts > 1 AS takeover
       )
       SELECT true AS claimed, takeover, NULL::text AS fingerprint, NULL::text AS status,
-             NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body
+             NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
+             NULL::float8 AS expires_in
       FROM claimed
       UNION ALL
-      SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body
+      SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body, expires_in
       FROM current
       WHERE holds AND NOT EXISTS (SELECT 1 FROM claimed)`);
     this.renewSql = prepared(
@@ -427,6 +430,7 @@ function toExistingRecord(row: ClaimRow): ExistingRecord {
         headers: row.response_headers ?? {},
         body: row.response_body ?? Buffer.alloc(0),
       },
+      expiresInSeconds: row.expires_in as number,
     };
   }
   return { status: 'in_progress', fingerprint: row.fingerprint as string };

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { ALICE, BOB, post, postCharge, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
 import {
   CardDeclinedError,
   type PaymentProvider,
@@ -271,7 +272,7 @@ describe('PATCH', () => {
 });
 
 describe('TTL', () => {
-  it('keeps a record for the configured TTL from completion, and treats it as absent once expired', async () => {
+  it('keeps a record for the configured TTL from completion', async () => {
     const key = randomUUID();
     const first = await postCharge(app.url, charge, key).expect(201);
     const [{ ttl_seconds }] = await db.query<{ ttl_seconds: number }>(
@@ -279,11 +280,26 @@ describe('TTL', () => {
       [key],
     );
     expect(ttl_seconds).toBe(3600);
+    expect((await postCharge(app.url, charge, key).expect(201)).body.id).toBe(first.body.id);
+  });
 
-    await db.query(`UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`, [key]);
-    const after = await postCharge(app.url, charge, key).expect(201);
-    expect(after.headers['idempotent-replay']).toBeUndefined();
-    expect(after.body.id).not.toBe(first.body.id);
+  it('replays (from memory too) only until the record expires, then runs the handler again', async () => {
+    const shortLived = await startSampleApp({ databaseUrl: db.url, ttlSeconds: 1 }, { paymentProvider: provider });
+    try {
+      const key = randomUUID();
+      const first = await postCharge(shortLived.url, charge, key).expect(201);
+      const replay = await postCharge(shortLived.url, charge, key).expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      await waitFor(
+        async () => (await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND expires_at <= now()', [key]))[0],
+        'the record to expire',
+      );
+      const after = await postCharge(shortLived.url, charge, key).expect(201);
+      expect(after.headers['idempotent-replay']).toBeUndefined();
+      expect(after.body.id).not.toBe(first.body.id);
+    } finally {
+      await shortLived.close();
+    }
   });
 });
 

@@ -67,6 +67,21 @@ function send(path: string, key: string, body: object = {}) {
   return request(url).post(path).set('Idempotency-Key', key).send(body);
 }
 
+const EMPTY_BODY_FINGERPRINT = sha256Fingerprint({ method: 'POST', url: '/rt/standard', body: Buffer.from('{}') });
+
+/** A key of `/rt/standard` completed by another instance of the app: this one has never seen it. */
+async function completedElsewhere(): Promise<string> {
+  const key = randomUUID();
+  await db.query(
+    `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, completed_at,
+                                      expires_at, response_status, response_headers, response_body)
+     VALUES ('acct', 'POST /rt/standard', $1, $2, 'completed', gen_random_uuid(), now(), now(), now() + interval '1 hour',
+             201, '{"content-type": "application/json; charset=utf-8"}', convert_to('{"ok":true}', 'UTF8'))`,
+    [key, EMPTY_BODY_FINGERPRINT],
+  );
+  return key;
+}
+
 /** The database round trips one request costs. */
 async function roundTripsOf(requesting: () => PromiseLike<unknown>): Promise<number> {
   const before = proxy.roundTrips;
@@ -79,12 +94,22 @@ describe('database round trips per request', () => {
     await expect(roundTripsOf(() => send('/rt/standard', randomUUID()).expect(201))).resolves.toBe(2);
   });
 
-  it('a replay, a reused key and a key in progress: one each', async () => {
+  it('a replay and a reused key: none when this process knows the outcome, one when it reads it', async () => {
     const key = randomUUID();
     await send('/rt/standard', key).expect(201);
-    await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(1);
-    await expect(roundTripsOf(() => send('/rt/standard', key, { other: 1 }).expect(422))).resolves.toBe(1);
+    await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(0);
+    await expect(roundTripsOf(() => send('/rt/standard', key, { other: 1 }).expect(422))).resolves.toBe(0);
 
+    // Completed by another instance: read once, then known.
+    const replayed = await completedElsewhere();
+    await expect(roundTripsOf(() => send('/rt/standard', replayed).expect(201))).resolves.toBe(1);
+    await expect(roundTripsOf(() => send('/rt/standard', replayed).expect(201))).resolves.toBe(0);
+    const reused = await completedElsewhere();
+    await expect(roundTripsOf(() => send('/rt/standard', reused, { other: 1 }).expect(422))).resolves.toBe(1);
+    await expect(roundTripsOf(() => send('/rt/standard', reused).expect(201))).resolves.toBe(0);
+  });
+
+  it('a key in progress: one', async () => {
     const held = randomUUID();
     gate = new Gate();
     const first = send('/rt/standard', held).then((response) => response);
@@ -100,7 +125,7 @@ describe('database round trips per request', () => {
     await db.query(
       `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
        VALUES ('acct', 'POST /rt/standard', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
-      [key, sha256Fingerprint({ method: 'POST', url: '/rt/standard', body: Buffer.from('{}') })],
+      [key, EMPTY_BODY_FINGERPRINT],
     );
     await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(2);
   });

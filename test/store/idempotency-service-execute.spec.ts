@@ -111,3 +111,28 @@ describe('IdempotencyService.execute', () => {
     expect(result.derived).toMatch(/^[A-Za-z0-9_-]{43}$/);
   });
 });
+
+describe('the replay cache', () => {
+  it('answers outcomes this process knows from memory; turned off, every replay reads the database', async () => {
+    const uncachedRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
+        IdempotencyModule.forRoot({ accountResolver: () => 'unused', replayCache: false }),
+      ],
+    }).compile();
+    const uncachedContext = await uncachedRef.init();
+    try {
+      const uncached = uncachedContext.get(IdempotencyService);
+      const key = randomUUID();
+      await service.execute(payout(key), async () => 'stored');
+      await expect(uncached.execute(payout(key), async () => 'ran again')).resolves.toEqual({ result: 'stored', replayed: true });
+      // An edit behind the module's back shows which of them read the database.
+      await db.query(`UPDATE idempotency_records SET response_body = convert_to('"edited"', 'UTF8') WHERE idempotency_key = $1`, [key]);
+      await expect(service.execute(payout(key), async () => 'ran again')).resolves.toEqual({ result: 'stored', replayed: true });
+      await expect(uncached.execute(payout(key), async () => 'ran again')).resolves.toEqual({ result: 'edited', replayed: true });
+      await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
+    } finally {
+      await uncachedContext.close();
+    }
+  });
+});

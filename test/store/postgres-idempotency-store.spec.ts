@@ -68,16 +68,19 @@ describe('claim', () => {
     }
   });
 
-  it('returns the completed record, byte for byte', async () => {
+  it('returns the completed record, byte for byte, with the time it has left on the database clock', async () => {
     const scope = newScope();
     const attempt = randomUUID();
     await store.claim(scope, 'fp', attempt, timing);
     await expect(store.complete({ scope, attempt }, response, 3600)).resolves.toBe(true);
     await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual({
       claimed: false,
-      existing: { status: 'completed', fingerprint: 'fp', response },
+      existing: { status: 'completed', fingerprint: 'fp', response, expiresInSeconds: expect.any(Number) },
     });
     await expect(recordOf(scope)).resolves.toMatchObject({ status: 'completed', ttl: { hours: 1 } });
+    await db.query(`UPDATE idempotency_records SET expires_at = now() + interval '90 seconds' WHERE idempotency_key = $1`, [scope.key]);
+    const again = await store.claim(scope, 'fp', randomUUID(), timing);
+    expect(again.claimed === false && again.existing.status === 'completed' && again.existing.expiresInSeconds).toBeCloseTo(90, 0);
   });
 
   it('isolates accounts and endpoints: the same key in another scope is a new claim', async () => {
