@@ -64,6 +64,9 @@ export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batch
 /** The replay cache's limits, checked, or `undefined` when it is off. */
 export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
   if (replayCache === false) return undefined;
+  if (typeof replayCache !== 'object' || replayCache === null) {
+    throw new RangeError(`Idempotency option replayCache must be false or an object of limits, got ${replayCache}`);
+  }
   return {
     maxEntries: positiveInteger('replayCache.maxEntries', replayCache.maxEntries ?? 10_000),
     maxBytes: positiveInteger('replayCache.maxBytes', replayCache.maxBytes ?? 16 * 1024 * 1024),

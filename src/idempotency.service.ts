@@ -22,7 +22,7 @@ import type {
   StoredResponse,
   StoreTransaction,
 } from './idempotency-store.interface.js';
-import { ReplayCache } from './replay-cache.js';
+import { type Instant, ReplayCache } from './replay-cache.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision = { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
@@ -64,9 +64,9 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   private readonly logger = new Logger('Idempotency');
   private readonly purge: ReturnType<typeof resolvePurgeSettings>;
   private readonly leases = new Map<IdempotencyRun, NodeJS.Timeout>();
-  private readonly replays?: ReplayCache;
+  private readonly replays: ReplayCache;
   /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
-  private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: number }>();
+  private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: Instant }>();
   private purgeTimer?: NodeJS.Timeout;
 
   constructor(
@@ -75,8 +75,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   ) {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
     this.purge = resolvePurgeSettings(options);
-    const replayCacheLimits = resolveReplayCacheLimits(options);
-    if (replayCacheLimits) this.replays = new ReplayCache(replayCacheLimits);
+    this.replays = new ReplayCache(resolveReplayCacheLimits(options));
   }
 
   onModuleInit(): void {
@@ -108,7 +107,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
    */
   async begin(scope: IdempotencyScope, fingerprint: string, policy: IdempotencyPolicy): Promise<IdempotencyDecision> {
     // A completed record does not change until it expires: one this process has seen is answered from memory.
-    const cached = this.replays?.get(scope);
+    const cached = this.replays.get(scope);
     if (cached) {
       if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError();
       return { action: 'replay', response: cached.response };
@@ -119,7 +118,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       // Listening starts before the claim, so that an outcome stored right after it is not missed.
       const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
       await waiting?.listening;
-      const since = performance.now();
+      const since = this.replays.now();
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
         waiting?.cancel();
         throw error;
@@ -133,7 +132,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
       const { existing } = result;
       if (existing.status === 'completed') {
         const { fingerprint: claimedWith, response, expiresInSeconds } = existing;
-        this.replays?.remember(scope, { fingerprint: claimedWith, response }, expiresInSeconds, since);
+        this.replays.remember(scope, { fingerprint: claimedWith, response }, expiresInSeconds, since);
       }
       if (existing.fingerprint !== fingerprint) {
         waiting?.cancel();
@@ -177,7 +176,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */
   private rememberOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): void {
     const claimed = this.claimsOf.get(run);
-    if (claimed) this.replays?.remember(run.scope, { fingerprint: claimed.fingerprint, response }, policy.ttlSeconds, claimed.since);
+    if (claimed) this.replays.remember(run.scope, { fingerprint: claimed.fingerprint, response }, policy.ttlSeconds, claimed.since);
   }
 
   /**

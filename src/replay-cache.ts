@@ -12,54 +12,74 @@ export interface ReplayCacheLimits {
   maxAgeSeconds: number;
 }
 
+/** A moment on two clocks: the monotonic one stops while the host is suspended, the wall clock may be stepped. */
+export interface Instant {
+  monotonic: number;
+  wall: number;
+}
+
 interface Entry extends CachedOutcome {
   bytes: number;
-  /** On the monotonic clock. */
-  expiresAt: number;
+  /** Past either reading, the entry is dropped: each clock alone can run slow. */
+  expiresAt: Instant;
 }
 
 /** What an entry is counted as besides its body: its key, fingerprint and headers, and the entry itself. */
 const ENTRY_OVERHEAD_BYTES = 256;
 
+const systemClock = (): Instant => ({ monotonic: performance.now(), wall: Date.now() });
+
 /**
  * Completed outcomes kept in memory, least recently used first out, so that replays skip the database. Sound
  * because a completed record never changes until it expires: an entry lives no longer than its record, nor than
  * `maxAgeSeconds` (which bounds clock drift and what a record edited by hand may still be answered with).
+ * Without limits (the cache is off), it keeps nothing.
  */
 export class ReplayCache {
   private readonly entries = new Map<string, Entry>();
   private bytes = 0;
 
   constructor(
-    private readonly limits: ReplayCacheLimits,
-    private readonly now: () => number = () => performance.now(),
+    private readonly limits: ReplayCacheLimits | undefined,
+    private readonly clock: () => Instant = systemClock,
   ) {}
+
+  /** The moment to pass to `remember` as `since`. */
+  now(): Instant {
+    return this.clock();
+  }
 
   get(scope: IdempotencyScope): CachedOutcome | undefined {
     const id = idOf(scope);
     const entry = this.entries.get(id);
     if (!entry) return undefined;
     this.delete(id, entry);
-    if (entry.expiresAt <= this.now()) return undefined;
+    const now = this.clock();
+    if (!(now.monotonic < entry.expiresAt.monotonic && now.wall < entry.expiresAt.wall)) return undefined;
     this.entries.set(id, entry); // most recently used last
     this.bytes += entry.bytes;
     return entry;
   }
 
   /**
-   * Keeps an outcome whose record expires `expiresInSeconds` after `since` (a reading of this cache's clock
-   * taken before the database read or wrote the record's expiry, so that the entry cannot outlive it).
+   * Keeps an outcome whose record expires `expiresInSeconds` after `since` (a reading of `now()` taken before
+   * the database read or wrote the record's expiry, so that the entry cannot outlive it).
    */
-  remember(scope: IdempotencyScope, outcome: CachedOutcome, expiresInSeconds: number, since: number): void {
+  remember(scope: IdempotencyScope, outcome: CachedOutcome, expiresInSeconds: number, since: Instant): void {
+    if (!this.limits) return;
     const lifetimeMs = Math.min(expiresInSeconds, this.limits.maxAgeSeconds) * 1000;
     const id = idOf(scope);
-    const { response } = outcome;
-    const bytes = id.length + outcome.fingerprint.length + JSON.stringify(response.headers).length + response.body.length +
+    const { fingerprint, response } = outcome;
+    const bytes = id.length + fingerprint.length + JSON.stringify(response.headers).length + response.body.length +
       ENTRY_OVERHEAD_BYTES;
-    if (lifetimeMs <= 0 || bytes > this.limits.maxBytes) return;
+    if (!(lifetimeMs > 0) || bytes > this.limits.maxBytes) return;
+    // A copy of its own: the body may be a view of a larger (pooled) buffer, or of one its handler still holds.
+    const body = Buffer.allocUnsafeSlow(response.body.length);
+    response.body.copy(body);
     const previous = this.entries.get(id);
     if (previous) this.delete(id, previous);
-    this.entries.set(id, { ...outcome, bytes, expiresAt: since + lifetimeMs });
+    const expiresAt = { monotonic: since.monotonic + lifetimeMs, wall: since.wall + lifetimeMs };
+    this.entries.set(id, { fingerprint, response: { ...response, body }, bytes, expiresAt });
     this.bytes += bytes;
     for (const [oldest, entry] of this.entries) {
       if (this.entries.size <= this.limits.maxEntries && this.bytes <= this.limits.maxBytes) break;

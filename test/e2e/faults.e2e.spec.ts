@@ -119,6 +119,13 @@ class StandardController {
   async wait(@Req() req: Request) {
     return this.write(req);
   }
+
+  /** Waits far longer than any test: an answer before that came from a notification, not the wait's end. */
+  @Post('wait-long')
+  @Idempotent({ inFlight: 'wait', inFlightWaitSeconds: 600 })
+  async waitLong(@Req() req: Request) {
+    return this.write(req);
+  }
 }
 
 let db: TestDatabase;
@@ -269,13 +276,13 @@ describe('transactional mode', () => {
 });
 
 describe('in-flight waiting (inFlight: wait)', () => {
-  it('gives a concurrent request the first attempt\'s outcome once it is stored, instead of 409', async () => {
+  it('gives a concurrent request the first attempt\'s outcome once it is stored, woken by its notification', async () => {
     const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/std/wait', key);
-    const second = post('/std/wait', key).then((response) => response);
+    const { gate, answer: first } = await sendHeld('/std/wait-long', key);
+    const second = post('/std/wait-long', key).then((response) => response);
     await waitFor(
-      async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE query LIKE 'LISTEN %'`))[0],
-      'the waiting request to listen',
+      async () => (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND awaited`, [key]))[0],
+      'the waiting request to mark the record awaited',
     );
     gate.release();
     const [a, b] = await Promise.all([first, second]);

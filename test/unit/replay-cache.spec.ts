@@ -8,52 +8,89 @@ const outcome = (body = '{"id":"ch_1"}') => ({
 });
 
 function cacheWith(limits: Partial<ReplayCacheLimits> = {}) {
-  const clock = { now: 1_000 };
-  const cache = new ReplayCache({ maxEntries: 100, maxBytes: 1 << 20, maxAgeSeconds: 60, ...limits }, () => clock.now);
-  return { cache, clock };
+  const clock = { monotonic: 1_000, wall: 1_000_000 };
+  const cache = new ReplayCache({ maxEntries: 100, maxBytes: 1 << 20, maxAgeSeconds: 60, ...limits }, () => ({ ...clock }));
+  /** Moves both clocks on. */
+  const advance = (ms: number) => {
+    clock.monotonic += ms;
+    clock.wall += ms;
+  };
+  return { cache, clock, advance };
 }
 
 describe('ReplayCache', () => {
   it('answers a remembered outcome for its scope only', () => {
     const { cache } = cacheWith();
-    cache.remember(scope('a'), outcome(), 3600, 1_000);
+    cache.remember(scope('a'), outcome(), 3600, cache.now());
     expect(cache.get(scope('a'))).toMatchObject(outcome());
     expect(cache.get(scope('b'))).toBeUndefined();
     expect(cache.get({ ...scope('a'), account: 'other' })).toBeUndefined();
     expect(cache.get({ ...scope('a'), endpoint: 'POST /v1/refunds' })).toBeUndefined();
   });
 
+  it('keeps nothing when it is off', () => {
+    const cache = new ReplayCache(undefined);
+    cache.remember(scope('a'), outcome(), 3600, cache.now());
+    expect(cache.get(scope('a'))).toBeUndefined();
+  });
+
   it('forgets an outcome when its record expires, counted from before the record was read or written', () => {
-    const { cache, clock } = cacheWith();
-    cache.remember(scope('a'), outcome(), 2, 500); // read at 500 with 2 s left: the record expires at 2500 at the latest
-    clock.now = 2_499;
+    const { cache, advance } = cacheWith();
+    const since = cache.now();
+    advance(500); // the database answered 500 ms later that the record had 2 s left
+    cache.remember(scope('a'), outcome(), 2, since);
+    advance(1_499);
     expect(cache.get(scope('a'))).toBeDefined();
-    clock.now = 2_500;
+    advance(1);
     expect(cache.get(scope('a'))).toBeUndefined();
     expect(cache.size).toBe(0);
   });
 
+  it('forgets an outcome when either clock says it expired: the monotonic one stops while the host sleeps', () => {
+    const { cache, clock } = cacheWith();
+    cache.remember(scope('asleep'), outcome(), 10, cache.now());
+    cache.remember(scope('stepped'), outcome(), 10, cache.now());
+    clock.wall += 10_000; // suspended for 10 s: the monotonic clock did not move
+    expect(cache.get(scope('asleep'))).toBeUndefined();
+    clock.wall -= 20_000; // the wall clock stepped back; the monotonic one still counts
+    clock.monotonic += 10_000;
+    expect(cache.get(scope('stepped'))).toBeUndefined();
+  });
+
   it('forgets an outcome after maxAgeSeconds however long its record lives', () => {
-    const { cache, clock } = cacheWith({ maxAgeSeconds: 10 });
-    cache.remember(scope('a'), outcome(), 86_400, 1_000);
-    clock.now = 10_999;
+    const { cache, advance } = cacheWith({ maxAgeSeconds: 10 });
+    cache.remember(scope('a'), outcome(), 86_400, cache.now());
+    advance(9_999);
     expect(cache.get(scope('a'))).toBeDefined();
-    clock.now = 11_000;
+    advance(1);
     expect(cache.get(scope('a'))).toBeUndefined();
   });
 
-  it('does not keep an outcome whose record has already expired', () => {
+  it('does not keep an outcome whose record has expired, or whose lifetime is unknown', () => {
     const { cache } = cacheWith();
-    cache.remember(scope('a'), outcome(), -0.5, 1_000);
-    expect(cache.get(scope('a'))).toBeUndefined();
+    cache.remember(scope('expired'), outcome(), -0.5, cache.now());
+    cache.remember(scope('unknown'), outcome(), Number.NaN, cache.now());
+    cache.remember(scope('missing'), outcome(), undefined as unknown as number, cache.now());
+    expect(cache.size).toBe(0);
+  });
+
+  it('keeps a copy of the body: a later change to the handler\'s buffer does not reach replays', () => {
+    const { cache } = cacheWith();
+    const pooled = Buffer.from('....{"id":"ch_1"}....');
+    const response = { status: 201, headers: {}, body: pooled.subarray(4, 17) };
+    cache.remember(scope('a'), { fingerprint: 'fp', response }, 60, cache.now());
+    pooled.fill(0x20);
+    const body = cache.get(scope('a'))?.response.body as Buffer;
+    expect(body.toString()).toBe('{"id":"ch_1"}');
+    expect(body.buffer.byteLength).toBe(body.length);
   });
 
   it('holds at most maxEntries, evicting the least recently used', () => {
     const { cache } = cacheWith({ maxEntries: 2 });
-    cache.remember(scope('a'), outcome(), 60, 1_000);
-    cache.remember(scope('b'), outcome(), 60, 1_000);
+    cache.remember(scope('a'), outcome(), 60, cache.now());
+    cache.remember(scope('b'), outcome(), 60, cache.now());
     expect(cache.get(scope('a'))).toBeDefined(); // a is now the most recently used
-    cache.remember(scope('c'), outcome(), 60, 1_000);
+    cache.remember(scope('c'), outcome(), 60, cache.now());
     expect(cache.size).toBe(2);
     expect(cache.get(scope('b'))).toBeUndefined();
     expect(cache.get(scope('a'))).toBeDefined();
@@ -62,21 +99,24 @@ describe('ReplayCache', () => {
 
   it('holds at most maxBytes, and never an outcome larger than that', () => {
     const { cache } = cacheWith({ maxBytes: 2_000 });
-    cache.remember(scope('huge'), outcome('x'.repeat(2_000)), 60, 1_000);
+    cache.remember(scope('huge'), outcome('x'.repeat(2_000)), 60, cache.now());
     expect(cache.get(scope('huge'))).toBeUndefined();
-    for (const key of ['a', 'b', 'c', 'd', 'e']) cache.remember(scope(key), outcome('x'.repeat(500)), 60, 1_000);
+    for (const key of ['a', 'b', 'c', 'd', 'e']) cache.remember(scope(key), outcome('x'.repeat(500)), 60, cache.now());
     expect(cache.size).toBeLessThan(5);
     expect(cache.get(scope('e'))).toBeDefined();
     expect(cache.get(scope('a'))).toBeUndefined();
   });
 
-  it('replaces an entry remembered twice without counting it twice', () => {
-    const { cache } = cacheWith({ maxEntries: 2 });
-    cache.remember(scope('a'), outcome(), 60, 1_000);
-    cache.remember(scope('a'), outcome('{"id":"ch_2"}'), 60, 1_000);
-    cache.remember(scope('b'), outcome(), 60, 1_000);
+  it('replaces an entry remembered twice without counting its bytes twice', () => {
+    // Room for exactly two entries of this size: counting the replaced one would evict a.
+    const size = 'acct\nPOST /v1/charges\na'.length + 'fp'.length + JSON.stringify({ 'content-type': 'application/json' }).length + 400 + 256;
+    const { cache } = cacheWith({ maxBytes: 2 * size });
+    cache.remember(scope('a'), outcome('x'.repeat(400)), 60, cache.now());
+    cache.remember(scope('b'), outcome('y'.repeat(400)), 60, cache.now());
+    cache.remember(scope('b'), outcome('z'.repeat(400)), 60, cache.now());
     expect(cache.size).toBe(2);
-    expect(cache.get(scope('a'))?.response.body.toString()).toBe('{"id":"ch_2"}');
+    expect(cache.get(scope('a'))).toBeDefined();
+    expect(cache.get(scope('b'))?.response.body.toString()).toBe('z'.repeat(400));
   });
 });
 
@@ -85,6 +125,10 @@ describe('resolveReplayCacheLimits', () => {
     expect(resolveReplayCacheLimits({})).toEqual({ maxEntries: 10_000, maxBytes: 16 * 1024 * 1024, maxAgeSeconds: 60 });
     expect(resolveReplayCacheLimits({ replayCache: { maxEntries: 5 } })).toMatchObject({ maxEntries: 5, maxAgeSeconds: 60 });
     expect(resolveReplayCacheLimits({ replayCache: false })).toBeUndefined();
+  });
+
+  it('refuses a replayCache that is neither false nor an object', () => {
+    expect(() => resolveReplayCacheLimits({ replayCache: null as unknown as false })).toThrow(/replayCache must be false or an object/);
   });
 
   it('refuses limits that are not positive', () => {
