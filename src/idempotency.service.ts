@@ -130,10 +130,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
         return { action: 'run', run };
       }
       const { existing } = result;
-      if (existing.status === 'completed') {
-        const { fingerprint: claimedWith, response, expiresInSeconds } = existing;
-        this.replays.remember(scope, { fingerprint: claimedWith, response }, expiresInSeconds, since);
-      }
+      if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
       if (existing.fingerprint !== fingerprint) {
         waiting?.cancel();
         throw new IdempotencyKeyReuseError();
@@ -338,9 +335,9 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
 
   /**
    * Stores the outcome (or releases the claim when there is none to store). A failure does not hold the
-   * response: the finalize is retried in the background with a bounded exponential backoff.
+   * response: the finalize is retried in the background with a bounded exponential backoff. Resolves to
+   * whether the claim was still held, or `undefined` when that is not known yet (retrying in the background).
    */
-  /** Whether the claim was still held, or `undefined` when that is not known yet (retrying in the background). */
   private async finalize(
     claim: IdempotencyClaim,
     response: StoredResponse | undefined,

@@ -259,6 +259,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 }
 
 class QueryRunnerTransaction implements StoreTransaction {
+  private done = false;
+
   constructor(
     private readonly runner: QueryRunner,
     private readonly ended: () => void,
@@ -289,8 +291,6 @@ class QueryRunnerTransaction implements StoreTransaction {
       .databaseConnection;
     client?.connection?.stream?.destroy();
   }
-
-  private done = false;
 
   /**
    * Gives the connection and the transaction slot back, once. Tracked here, not by `runner.isReleased`: TypeORM
