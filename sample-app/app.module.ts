@@ -46,6 +46,7 @@ export class AppModule implements NestModule {
           leaseSeconds: config.leaseSeconds,
           transactional: config.transactional,
           inFlight: config.inFlight,
+          shutdownTimeoutSeconds: config.shutdownTimeoutSeconds,
           accountResolver: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().account,
         }),
       ],

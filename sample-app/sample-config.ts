@@ -11,6 +11,8 @@ export interface SampleConfig {
   transactional: boolean;
   /** What a request whose key is in progress gets: 409 at once, or the outcome after a short wait. */
   inFlight: 'conflict' | 'wait';
+  /** On SIGTERM/SIGINT, how long running charges may take to finish before their claims are released. */
+  shutdownTimeoutSeconds: number;
   /** Whether this process pays pending payouts in the background, and how often it looks for them. */
   payoutWorker: boolean;
   payoutPollMs: number;
@@ -27,6 +29,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     providerDelayMs: integer(env, 'PROVIDER_DELAY_MS', 0, 0),
     transactional: choice(env, 'IDEMPOTENCY_TRANSACTIONAL', ['true', 'false'], 'true') === 'true',
     inFlight: choice(env, 'IDEMPOTENCY_IN_FLIGHT', ['conflict', 'wait'], 'conflict'),
+    shutdownTimeoutSeconds: integer(env, 'IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS', 10, 1),
     payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
   };

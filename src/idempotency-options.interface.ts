@@ -83,6 +83,13 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * is first. `false` turns it off. Default: `{ maxEntries: 10_000, maxBytes: 16 MiB, maxAgeSeconds: 60 }`.
    */
   replayCache?: false | { maxEntries?: number; maxBytes?: number; maxAgeSeconds?: number };
+  /**
+   * On shutdown (`app.enableShutdownHooks()` or `app.close()`), how long attempts still running may take to
+   * finish and store their outcomes; new claims are refused meanwhile (503 `idempotency_shutting_down`). Those
+   * still running then are released (transactional: rolled back) and answered 503. Keep it below your platform's
+   * grace period (Kubernetes: 30 s). Default: 10 s.
+   */
+  shutdownTimeoutSeconds?: number;
   /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
   purgeIntervalSeconds?: number;
   /** Records deleted per purge statement. Default: 1000. */

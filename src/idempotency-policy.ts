@@ -61,6 +61,11 @@ export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batch
   return { batchSize, intervalSeconds: intervalSeconds === undefined ? undefined : positive('purgeIntervalSeconds', intervalSeconds) };
 }
 
+/** How long shutdown waits for running attempts, checked. */
+export function resolveShutdownTimeout(options: IdempotencyModuleOptions): number {
+  return positive('shutdownTimeoutSeconds', options.shutdownTimeoutSeconds ?? 10);
+}
+
 /** The replay cache's limits, checked, or `undefined` when it is off. */
 export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
   if (replayCache === false) return undefined;

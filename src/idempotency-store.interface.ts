@@ -43,6 +43,8 @@ export interface StoreTransaction {
   readonly manager: EntityManager;
   commit(): Promise<void>;
   rollback(): Promise<void>;
+  /** Whether the transaction's connection was lost (nothing of it can commit any more). */
+  readonly connectionLost: boolean;
   /** Cuts the transaction's connection: the database rolls back what was not committed, and the connection is not reused. */
   abandon(): void;
 }
@@ -80,4 +82,6 @@ export interface IdempotencyStore {
   beginTransaction(): Promise<StoreTransaction>;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */
   purgeExpired(batchSize: number): Promise<number>;
+  /** Gives back what the store holds (a listening connection); called on shutdown once no attempt runs. */
+  close?(): Promise<void>;
 }

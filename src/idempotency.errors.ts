@@ -75,3 +75,14 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
     );
   }
 }
+
+export class IdempotencyShuttingDownError extends IdempotencyError {
+  constructor(retryAfterSeconds: number) {
+    super(
+      'idempotency_shutting_down',
+      'This server is shutting down and takes no new idempotent requests. Retry with the same key.',
+      HttpStatus.SERVICE_UNAVAILABLE,
+      retryAfterSeconds,
+    );
+  }
+}

@@ -6,7 +6,6 @@ import {
   Injectable,
   Logger,
   type NestInterceptor,
-  StreamableFile,
   type Type,
 } from '@nestjs/common';
 import {
@@ -18,7 +17,7 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { finalize, isObservable, Observable, of, ReplaySubject, tap } from 'rxjs';
+import { finalize, Observable, of, ReplaySubject, tap } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
@@ -37,7 +36,15 @@ import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-
 import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
+import { HandlerWork } from './handler-work.js';
+import { isSerializableBody, outcomeOfSettlement } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
+
+/** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
+type PipelineEnd =
+  | { status: 'completed'; value: unknown }
+  | { status: 'errored'; error: unknown; /** The handler's own invocation was still running then. */ whileHandlerRan: boolean }
+  | { status: 'unsubscribed' };
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 interface RoutePlan {
@@ -91,14 +98,17 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (decision.action === 'replay') return of(replayResponse(response, decision.response, policy.replayHeaderName));
 
     const { run } = decision;
-    const attempt = { failed: false, settled: false, finished: false };
-    let handlerSettled!: () => void;
-    const settled = new Promise<void>((resolve) => (handlerSettled = resolve));
+    const work = new HandlerWork();
+    let pipeline: PipelineEnd | undefined;
+    let pipelineEnded!: () => void;
+    // The attempt is over once the handler's pipeline has ended and no invocation of the handler still runs.
+    const workDone = new Promise<void>((resolve) => (pipelineEnded = resolve)).then(() => work.idle());
+    let finished = false;
     const finish = async (sent: SentResponse | undefined): Promise<StoredResponse | undefined> => {
-      if (attempt.finished) return undefined;
-      attempt.finished = true;
-      if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
+      if (finished) return undefined;
+      finished = true;
       const conclude = async (outcome: AttemptOutcome) => {
+        work.close();
         try {
           const error = await this.idempotency.finish(run, outcome, policy);
           return error && errorResponse(error);
@@ -107,34 +117,58 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return undefined;
         }
       };
-      // The response can end while the handler still runs (an outer timeout interceptor answered): that answer
-      // is not the handler's outcome, so it goes out at once, and the attempt ends as failed (claim released,
-      // writes rolled back) once the handler is done, as a transaction must not end under a running handler.
-      if (plan.storable && !plan.passthrough && !attempt.settled) {
-        void settled.then(() => conclude({ response: undefined, failed: true }));
+      // An answer given while the handler still works (a timeout interceptor, inside or outside this one,
+      // answered for it) is not its outcome: it goes out at once, and the claim (and its transaction) is held
+      // until the handler is done; its own outcome is then what a retry gets.
+      if (plan.storable && !plan.passthrough && (pipeline === undefined || work.busy)) {
+        void workDone.then(() => conclude(this.outcomeOfWork(pipeline, work, context, request.method, policy)));
         return undefined;
       }
-      await settled;
-      return conclude({ response: sent?.storable ? sent.response : undefined, failed: attempt.failed });
+      if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
+      await workDone;
+      return conclude({ response: sent?.storable ? sent.response : undefined, failed: pipeline?.status === 'errored' });
     };
     const capture = captureResponse(
       response,
       { storable: plan.storable, maxBodyBytes: policy.maxStoredBodyBytes, storedHeaders: policy.storedResponseHeaders },
       finish,
     );
+    this.idempotency.onAbandoned(run, (error) => capture.answer(errorResponse(error)));
+    let last: unknown;
     const handled = new Observable<unknown>((subscriber) =>
-      IdempotencyContext.runWithin(run, () => next.handle().subscribe(subscriber)),
+      IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle().subscribe(subscriber))),
     ).pipe(
-      tap({ error: () => (attempt.failed = true) }),
+      tap({
+        next: (value) => (last = value),
+        error: (error: unknown) => (pipeline = { status: 'errored', error, whileHandlerRan: work.busy }),
+        complete: () => (pipeline = { status: 'completed', value: last }),
+      }),
       finalize(() => {
-        attempt.settled = true;
-        handlerSettled();
+        pipeline ??= { status: 'unsubscribed' };
+        pipelineEnded();
       }),
     );
     if (plan.storable) return this.runToCompletion(handled, response, capture, finish);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
     response.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
     return handled;
+  }
+
+  /** The handler's own outcome, for an attempt whose answer went out before the handler was done. */
+  private outcomeOfWork(
+    pipeline: PipelineEnd | undefined,
+    work: HandlerWork,
+    context: ExecutionContext,
+    method: string,
+    policy: IdempotencyPolicy,
+  ): AttemptOutcome {
+    const route = { handler: context.getHandler(), method, storedHeaders: policy.storedResponseHeaders, maxBodyBytes: policy.maxStoredBodyBytes };
+    if (pipeline?.status === 'completed') return outcomeOfSettlement({ status: 'fulfilled', value: pipeline.value }, route);
+    if (pipeline?.status === 'errored' && !pipeline.whileHandlerRan) {
+      return outcomeOfSettlement({ status: 'rejected', reason: pipeline.error }, route);
+    }
+    // The pipeline ended while the handler ran (a timeout inside this interceptor): the handler's own settlement.
+    return outcomeOfSettlement(work.settlement ?? { status: 'cancelled' }, route);
   }
 
   /**
@@ -249,14 +283,4 @@ function methodNameOf(controller: Type, handler: object): string | undefined {
     if (name !== undefined) return name;
   }
   return undefined;
-}
-
-/** Values Nest sends as JSON or text, which can therefore be sent to a closed response and captured. */
-function isSerializableBody(value: unknown): boolean {
-  if (typeof value === 'function' || typeof value === 'symbol') return false;
-  if (value === null || typeof value !== 'object') return true;
-  if (value instanceof StreamableFile || isObservable(value) || value instanceof Response || value instanceof ReadableStream) {
-    return false;
-  }
-  return typeof (value as { pipe?: unknown }).pipe !== 'function' && !(Symbol.asyncIterator in value);
 }

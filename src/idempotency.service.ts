@@ -1,15 +1,22 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Inject, Injectable, Logger, type OnModuleDestroy, type OnModuleInit } from '@nestjs/common';
+import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
 import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
+  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings, resolveReplayCacheLimits } from './idempotency-policy.js';
+import {
+  type IdempotencyPolicy,
+  resolvePolicy,
+  resolvePurgeSettings,
+  resolveReplayCacheLimits,
+  resolveShutdownTimeout,
+} from './idempotency-policy.js';
 import { canonicalJson } from './client/idempotency-keys.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
@@ -56,11 +63,20 @@ export interface AttemptOutcome {
 
 const FINALIZE_BACKOFF_MS = 250;
 
+/** An attempt between its claim and its finish, as shutdown sees it. */
+interface RunningAttempt {
+  policy: IdempotencyPolicy;
+  /** Ended by shutdown before its handler was done: its claim is released, its outcome not stored. */
+  abandoned: boolean;
+  /** Answers the attempt's client when shutdown ends it (set by the HTTP edge). */
+  onAbandoned?: (error: IdempotencyError) => void;
+}
+
 /**
  * The protocol, independent of HTTP: claim the key, compare fingerprints, replay or run, then finalize.
  */
 @Injectable()
-export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
+export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdown {
   private readonly logger = new Logger('Idempotency');
   private readonly purge: ReturnType<typeof resolvePurgeSettings>;
   private readonly leases = new Map<IdempotencyRun, NodeJS.Timeout>();
@@ -68,6 +84,10 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
   private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: Instant }>();
   private purgeTimer?: NodeJS.Timeout;
+  private readonly running = new Map<IdempotencyRun, RunningAttempt>();
+  private shuttingDown = false;
+  /** Resolves the shutdown's wait once the last running attempt has finished. */
+  private drained?: () => void;
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
@@ -76,6 +96,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
     this.purge = resolvePurgeSettings(options);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
+    resolveShutdownTimeout(options);
   }
 
   onModuleInit(): void {
@@ -94,9 +115,56 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     }
   }
 
-  onModuleDestroy(): void {
+  /**
+   * Graceful shutdown, before the HTTP server and the database are closed: new claims are refused (503 +
+   * `Retry-After`), running attempts get up to `shutdownTimeoutSeconds` to finish and store their outcomes,
+   * and those still running then are ended: their claims released (transactional: their writes rolled back by
+   * cutting their connections) and their clients answered 503, so that a retry runs on another instance.
+   */
+  async beforeApplicationShutdown(): Promise<void> {
+    this.shuttingDown = true;
     clearInterval(this.purgeTimer);
+    const timeoutSeconds = this.shutdownTimeoutSeconds;
+    if (this.running.size > 0) {
+      this.logger.log(`Shutting down: waiting up to ${timeoutSeconds} s for ${this.running.size} running idempotent attempt(s).`);
+      let timer: NodeJS.Timeout | undefined;
+      await Promise.race([
+        new Promise<void>((resolve) => (this.drained = resolve)),
+        new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutSeconds * 1000))),
+      ]);
+      clearTimeout(timer);
+    }
+    await Promise.all([...this.running].map(([run, attempt]) => this.abandon(run, attempt)));
     for (const timer of this.leases.values()) clearInterval(timer);
+    await this.store.close?.();
+  }
+
+  /** Registers how the attempt's client is answered if shutdown ends the attempt before its handler is done. */
+  onAbandoned(run: IdempotencyRun, answer: (error: IdempotencyError) => void): void {
+    const attempt = this.running.get(run);
+    if (attempt) attempt.onAbandoned = answer;
+  }
+
+  private async abandon(run: IdempotencyRun, attempt: RunningAttempt): Promise<void> {
+    const { policy } = attempt;
+    attempt.abandoned = true;
+    clearInterval(this.leases.get(run));
+    this.leases.delete(run);
+    this.logger.warn(
+      `Shutting down: the handler of ${describe(run.scope)} did not finish within shutdownTimeoutSeconds ` +
+        `(${this.shutdownTimeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
+    );
+    if (run.transaction) {
+      run.transaction.abandon();
+      // Frees the (now cut) connection and the transaction slot.
+      await this.endTransaction(run.transaction, 'rollback', policy).catch(() => undefined);
+    }
+    await this.finalize(run.claim, undefined, policy);
+    attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
+  }
+
+  private get shutdownTimeoutSeconds(): number {
+    return resolveShutdownTimeout(this.options);
   }
 
   /**
@@ -115,6 +183,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
     const deadline = Date.now() + (policy.inFlight === 'wait' ? policy.inFlightWaitSeconds * 1000 : 0);
     for (;;) {
+      if (this.shuttingDown) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       // Listening starts before the claim, so that an outcome stored right after it is not missed.
       const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
       await waiting?.listening;
@@ -127,6 +196,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
         waiting?.cancel();
         const run = await this.startRun(claim, result.takeover, policy);
         this.claimsOf.set(run, { fingerprint, since });
+        this.running.set(run, { policy, abandoned: false });
         return { action: 'run', run };
       }
       const { existing } = result;
@@ -154,15 +224,30 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   async finish(run: IdempotencyRun, outcome: AttemptOutcome, policy: IdempotencyPolicy): Promise<IdempotencyError | undefined> {
     clearInterval(this.leases.get(run));
     this.leases.delete(run);
+    const attempt = this.running.get(run);
+    this.running.delete(run);
+    if (this.running.size === 0) this.drained?.();
+    if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
     const { response, failed } = outcome;
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
     if (transaction && storable && !failed) return this.commitWithOutcome(run, storable, policy);
     if (transaction) {
-      // A streamed response reached the client as the handler wrote it: its writes stand.
-      await this.endTransaction(transaction, response === undefined && !failed ? 'commit' : 'rollback', policy).catch(
-        (error: unknown) => this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`),
+      // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
+      const ending = response === undefined && !failed ? 'commit' : 'rollback';
+      const ended = await this.endTransaction(transaction, ending, policy).then(
+        () => true,
+        (error: unknown) => {
+          this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`);
+          return false;
+        },
       );
+      // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
+      // database (a handler whose connection was lost under it fails with that connection's error).
+      if ((failed && transaction.connectionLost) || (ending === 'commit' && !ended)) {
+        await this.finalize(run.claim, undefined, policy);
+        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      }
     }
     const held = await this.finalize(run.claim, storable, policy);
     if (held && storable) this.rememberOutcome(run, storable, policy);

@@ -39,6 +39,7 @@ export {
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
+  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
 } from './idempotency.errors.js';

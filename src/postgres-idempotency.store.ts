@@ -218,11 +218,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     await this.changes.close();
   }
 
-  /** Nest calls this on shutdown, before the data source is destroyed. */
-  onModuleDestroy(): Promise<void> {
-    return this.close();
-  }
-
   private async count(statement: Statement, parameters: unknown[], transaction?: StoreTransaction): Promise<number> {
     const [{ count }] = await this.query<{ count: number }>(statement, parameters, transaction);
     return count;
@@ -260,11 +255,20 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
 class QueryRunnerTransaction implements StoreTransaction {
   private done = false;
+  private lost = false;
+  private readonly markLost = () => (this.lost = true);
 
   constructor(
     private readonly runner: QueryRunner,
     private readonly ended: () => void,
-  ) {}
+  ) {
+    // pg reports a connection lost under a query as that query's error, and to the client as 'error'/'end'.
+    this.connection?.on('error', this.markLost).on('end', this.markLost);
+  }
+
+  get connectionLost(): boolean {
+    return this.lost;
+  }
 
   get manager(): EntityManager {
     return this.runner.manager;
@@ -287,9 +291,11 @@ class QueryRunnerTransaction implements StoreTransaction {
   }
 
   abandon(): void {
-    const client = (this.runner as QueryRunner & { databaseConnection?: { connection?: { stream?: { destroy(): void } } } })
-      .databaseConnection;
-    client?.connection?.stream?.destroy();
+    this.connection?.connection?.stream?.destroy();
+  }
+
+  private get connection(): (PoolClient & { connection?: { stream?: { destroy(): void } } }) | undefined {
+    return (this.runner as QueryRunner & { databaseConnection?: PoolClient }).databaseConnection;
   }
 
   /**
@@ -299,6 +305,7 @@ class QueryRunnerTransaction implements StoreTransaction {
   private async end(): Promise<void> {
     if (this.done) return;
     this.done = true;
+    this.connection?.off('error', this.markLost).off('end', this.markLost);
     try {
       if (!this.runner.isReleased) await this.runner.release();
     } finally {

@@ -11,9 +11,15 @@ export interface CaptureOptions {
   storedHeaders: ReadonlySet<string>;
 }
 
-/** Whether the captured response has ended yet, as far as the code that wrote it is concerned. */
+/** The captured response, as far as the code that wrote it and the module are concerned. */
 export interface ResponseCapture {
+  /** Whether its writers have ended it. */
   readonly ended: boolean;
+  /**
+   * Answers with `response` now instead of whatever the handler writes (or is writing, held): for an attempt
+   * the module ended itself (a shutdown). Where the handler's head has already left, the connection is cut.
+   */
+  answer(response: StoredResponse): void;
 }
 
 type EndCallback = (error?: Error) => void;
@@ -21,11 +27,14 @@ type EndCallback = (error?: Error) => void;
 /**
  * Captures the response as it is written to the socket, whoever writes it (the handler's return value,
  * an exception filter, a passthrough `res`), and holds it until `onEnd` has run: the outcome is durable
- * before the client can see it. While it is held, the response has ended for its writers: later writes,
- * ends, status and header changes (an exception filter finishing a response that was already written) do
- * not reach the client, as they would not after a real end. `onEnd` may answer with a replacement, sent
- * instead (when the outcome could not be committed). A response written in several chunks is a stream:
- * it is not stored, nor held. `onEnd` must not reject.
+ * before the client can see it. The status line and headers are held too (`writeHead` only sets them), so
+ * that a response whose outcome could not be committed can still be replaced. While it is held, the response
+ * has ended for its writers: later writes, ends, status and header changes (an exception filter finishing a
+ * response that was already written) do not reach the client, as they would not after a real end. `onEnd`
+ * may answer with a replacement, sent instead (when the outcome could not be committed); where the head has
+ * already gone out (a streamed response), the connection is cut instead, so that the client sees a network
+ * error rather than an answer for work that did not stand. A response written in several chunks is a stream:
+ * it is not stored. `onEnd` must not reject.
  */
 export function captureResponse(
   res: ServerResponse,
@@ -34,36 +43,62 @@ export function captureResponse(
 ): ResponseCapture {
   const originalWrite = res.write;
   const originalEnd = res.end;
-  const capture = { ended: false };
+  const originalWriteHead = res.writeHead;
   let streamed = false;
+  let answered = false;
+
+  const restore = () => {
+    res.write = originalWrite;
+    res.end = originalEnd;
+    res.writeHead = originalWriteHead;
+  };
+  const silence = () => {
+    res.write = (() => false) as ServerResponse['write'];
+    res.end = (() => res) as ServerResponse['end'];
+    res.writeHead = (() => res) as unknown as ServerResponse['writeHead'];
+  };
+  /** Sends `response` in place of what was written, keeping the headers every response gets (CORS, request ids). */
+  const sendInstead = (response: StoredResponse, kept: OutgoingHttpHeaders) => {
+    if (res.headersSent) {
+      res.destroy();
+      return;
+    }
+    const { 'content-type': _type, 'content-length': _length, etag: _etag, ...common } = kept;
+    setStatusAndHeaders(res, { status: response.status, headers: { ...common, ...response.headers, 'content-length': String(response.body.length) } });
+    (originalEnd as (chunk: Buffer) => ServerResponse).call(res, response.body);
+  };
+
+  res.writeHead = function writeHead(this: ServerResponse, status: number, ...rest: unknown[]) {
+    const headers = rest.find((part) => typeof part === 'object' && part !== null) as OutgoingHttpHeaders | unknown[] | undefined;
+    if (typeof rest[0] === 'string') res.statusMessage = rest[0];
+    res.statusCode = status;
+    for (const [name, value] of headerEntries(headers)) res.setHeader(name, value);
+    return res;
+  } as ServerResponse['writeHead'];
 
   res.write = function write(this: ServerResponse, ...args: unknown[]) {
     streamed = true;
+    res.writeHead = originalWriteHead; // a stream's head goes out with its first chunk (Node calls writeHead itself)
     return (originalWrite as (...a: unknown[]) => boolean).apply(this, args);
   } as ServerResponse['write'];
 
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    res.write = (() => false) as ServerResponse['write'];
-    res.end = (() => res) as ServerResponse['end'];
+    silence();
     capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
     const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
     const held = { status: res.statusCode, headers: res.getHeaders() };
     void onEnd(sent).then((replacement) => {
-      res.write = originalWrite;
-      res.end = originalEnd;
+      if (answered) return;
+      answered = true;
+      restore();
       try {
-        if (replacement && !res.headersSent) {
-          // The replacement keeps the headers every response gets (CORS, request ids), not the body's own.
-          const { 'content-type': _type, 'content-length': _length, etag: _etag, ...kept } = held.headers;
-          const headers = { ...kept, ...replacement.headers, 'content-length': String(replacement.body.length) };
-          setStatusAndHeaders(res, { status: replacement.status, headers });
-          [chunk, encoding] = [replacement.body, undefined];
-        } else if (!res.headersSent) {
-          setStatusAndHeaders(res, held);
+        if (replacement) sendInstead(replacement, held.headers);
+        else {
+          if (!res.headersSent) setStatusAndHeaders(res, held);
+          originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
         }
-        originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
       } catch (error) {
         res.destroy(error as Error);
       }
@@ -71,7 +106,37 @@ export function captureResponse(
     return res;
   } as ServerResponse['end'];
 
+  const capture = {
+    ended: false,
+    answer(response: StoredResponse) {
+      if (answered) return;
+      answered = true;
+      capture.ended = true;
+      const kept = res.getHeaders();
+      restore();
+      try {
+        sendInstead(response, kept);
+      } catch (error) {
+        res.destroy(error as Error);
+      }
+      silence();
+    },
+  };
   return capture;
+}
+
+/** `writeHead`'s headers: an object, or a flat or paired array of names and values. */
+function headerEntries(headers: OutgoingHttpHeaders | unknown[] | undefined): Array<[string, string | number | string[]]> {
+  if (!headers) return [];
+  if (!Array.isArray(headers)) {
+    return Object.entries(headers).filter((entry): entry is [string, string | number | string[]] => entry[1] !== undefined);
+  }
+  const pairs: Array<[string, string]> = Array.isArray(headers[0])
+    ? (headers as Array<[string, string]>)
+    : Array.from({ length: headers.length / 2 }, (_, i) => [String(headers[2 * i]), String(headers[2 * i + 1])]);
+  const merged = new Map<string, string[]>();
+  for (const [name, value] of pairs) merged.set(name.toLowerCase(), [...(merged.get(name.toLowerCase()) ?? []), String(value)]);
+  return [...merged].map(([name, values]) => [name, values.length === 1 ? values[0] : values]);
 }
 
 function setStatusAndHeaders(res: ServerResponse, { status, headers }: { status: number; headers: OutgoingHttpHeaders }) {
@@ -108,7 +173,8 @@ function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer 
   return undefined;
 }
 
-function pickHeaders(headers: OutgoingHttpHeaders, allowed: ReadonlySet<string>): Record<string, string | string[]> {
+/** The headers of a response that are stored with it: the allowed ones, in their stored form. */
+export function pickHeaders(headers: OutgoingHttpHeaders, allowed: ReadonlySet<string>): Record<string, string | string[]> {
   const picked: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || !allowed.has(name)) continue;

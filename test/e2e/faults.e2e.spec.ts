@@ -233,20 +233,25 @@ describe('transactional mode', () => {
     await expect(recordOf(key)).resolves.toBeUndefined();
   });
 
-  it('takes no answer given before the handler is done (an outer timeout) for its outcome, and commits nothing under it', async () => {
+  it('takes no answer given before the handler is done (an outer timeout) for its outcome: the handler\'s own outcome commits and replays', async () => {
     const key = randomUUID();
     const gate = holdNext();
     const answer = request(url).post('/tx/write').set('Idempotency-Key', key).set('X-Outer-Timeout', 'yes').send({ gated: true });
     const answered = answer.then((response) => response);
     await gate.reached;
     outerTimeouts.next();
-    // The timeout's answer goes out at once, while the handler still waits at its gate.
+    // The timeout's answer goes out at once, while the handler still waits at its gate, holding the key.
     expect((await answered).status).toBe(408);
     await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
+    await post('/tx/write', key, { gated: true }).expect(409);
     gate.release();
-    // Once the handler is done, its attempt ends as failed: the key is released, its write rolled back.
-    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-    await expect(rowsOf(key)).resolves.toEqual([]);
+    // Once the handler is done, its own outcome (not the timeout) commits with its write, and a retry replays it.
+    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
+    const rows = await rowsOf(key);
+    expect(rows).toHaveLength(1);
+    const replay = await post('/tx/write', key, { gated: true }).expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.body).toEqual({ id: rows[0].id });
   });
 
   it('tells the handler its key, scope and a stable derived key for downstream calls', async () => {

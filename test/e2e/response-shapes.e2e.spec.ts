@@ -386,7 +386,10 @@ describe('a store that does not answer in time (storeTimeoutSeconds)', () => {
     await locker.query('ROLLBACK');
     await locker.query('BEGIN');
     const lateClaimSettled = async () => {
-      const waiting = await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`);
+      // Until the claim's statement has returned, its insert may be waiting or committing (not yet visible).
+      const waiting = await db.query(
+        `SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%claimed AS (%' AND pid <> pg_backend_pid()`,
+      );
       return waiting.length === 0 && (await recordCount(key)) === 0 ? true : undefined;
     };
     await waitFor(lateClaimSettled, 'the late claim to land and be released');

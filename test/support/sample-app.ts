@@ -20,7 +20,7 @@ export async function startSampleApp(
   options: SampleAppOptions = {},
 ): Promise<RunningApp & { app: NestExpressApplication }> {
   const app = await createSampleApp(
-    { port: 0, ttlSeconds: 86_400, leaseSeconds: 60, providerDelayMs: 0, transactional: true, inFlight: 'conflict', payoutWorker: false, payoutPollMs: 500, ...config },
+    { port: 0, ttlSeconds: 86_400, leaseSeconds: 60, providerDelayMs: 0, transactional: true, inFlight: 'conflict', shutdownTimeoutSeconds: 10, payoutWorker: false, payoutPollMs: 500, ...config },
     { logger: ['error'], ...options },
   );
   await app.listen(0, '127.0.0.1');

@@ -11,6 +11,7 @@ import {
 class StalledTransaction implements StoreTransaction {
   readonly manager = {} as StoreTransaction['manager'];
   abandoned = false;
+  readonly connectionLost = false;
   commit = () => new Promise<void>(() => undefined);
   rollback = () => new Promise<void>(() => undefined);
   abandon(): void {

@@ -1,0 +1,345 @@
+import { randomUUID } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
+import {
+  Body,
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  GatewayTimeoutException,
+  HttpException,
+  type INestApplication,
+  Injectable,
+  type NestInterceptor,
+  type PipeTransform,
+  Post,
+  Req,
+  RequestTimeoutException,
+  Res,
+  UseInterceptors,
+} from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import type { Request, Response } from 'express';
+import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+/**
+ * The module inside apps built the way real ones are: timeout interceptors between it and the handler, handlers
+ * that write their own answer, a database connection lost under a handler.
+ */
+
+/** The gate the next handler (or pipe) waits at; each gate holds one request. */
+let nextGate: Gate | undefined;
+const gates: Gate[] = [];
+const holdNext = () => {
+  nextGate = new Gate();
+  gates.push(nextGate);
+  return nextGate;
+};
+const passGate = (req?: Request) => {
+  const gate = nextGate;
+  nextGate = undefined;
+  return gate?.pass(req);
+};
+
+/**
+ * The `TimeoutInterceptor` of Nest's documentation, armed by a request header: it errors the handler's
+ * Observable after that many milliseconds, while the handler's promise runs on.
+ */
+function timeoutInterceptor(header: string, answer: () => HttpException) {
+  @Injectable()
+  class TimeoutInterceptor implements NestInterceptor {
+    intercept(context: ExecutionContext, next: CallHandler) {
+      const ms = context.switchToHttp().getRequest<Request>().header(header);
+      if (!ms) return next.handle();
+      return next.handle().pipe(
+        timeout(Number(ms)),
+        catchError((error: unknown) => throwError(() => (error instanceof TimeoutError ? answer() : error))),
+      );
+    }
+  }
+  return TimeoutInterceptor;
+}
+const ControllerTimeout = timeoutInterceptor('x-controller-timeout-ms', () => new GatewayTimeoutException());
+const GlobalTimeout = timeoutInterceptor('x-global-timeout-ms', () => new RequestTimeoutException());
+
+interface WorkBody {
+  /** What the handler does once past its gate. */
+  then?: 'answer' | 'decline' | 'fail';
+}
+
+/** Counts the handler runs that a pipe held back. */
+const piped = { runs: 0 };
+
+@Injectable()
+class GatedPipe implements PipeTransform {
+  async transform(value: unknown) {
+    await passGate();
+    return value;
+  }
+}
+
+@Controller('work')
+@UseInterceptors(ControllerTimeout)
+class WorkController {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly context: IdempotencyContext,
+  ) {}
+
+  /** Standard mode: waits at its gate, then commits a row of its own and answers with it. */
+  @Post('standard')
+  @Idempotent()
+  async standard(@Body() body: WorkBody, @Req() req: Request) {
+    await passGate(req);
+    return this.afterGate(body, this.dataSource.manager);
+  }
+
+  /** Transactional mode: the same, in the request's transaction. */
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  async transactional(@Body() body: WorkBody, @Req() req: Request) {
+    await passGate(req);
+    return this.afterGate(body, this.context.manager!);
+  }
+
+  /** A pipe that outlasts the timeout: the handler must then never run, its request's claim being gone. */
+  @Post('slow-pipe')
+  @Idempotent()
+  slowPipe(@Body(GatedPipe) _body: unknown) {
+    piped.runs += 1;
+    return { ran: true };
+  }
+
+  private async afterGate(body: WorkBody, manager: DataSource['manager']) {
+    const key = this.context.run!.key;
+    const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [key]);
+    if (body.then === 'decline') throw new HttpException({ error: 'card_declined' }, 402);
+    if (body.then === 'fail') throw new Error('the handler failed after its timeout');
+    return { id };
+  }
+}
+
+@Controller('own-answer')
+@Idempotent({ transactional: true })
+class OwnAnswerController {
+  constructor(private readonly context: IdempotencyContext) {}
+
+  /** Writes its own 201 with writeHead and end, then its transaction cannot commit (a deferred constraint). */
+  @Post('write-head')
+  async writeHead(@Res({ passthrough: true }) res: Response) {
+    await this.context.manager!.query('INSERT INTO checked_at_commit (v) VALUES (1), (1)');
+    res.writeHead(201, { 'content-type': 'application/json' });
+    res.end('{"charged":true}');
+  }
+
+  /** Streams its answer, then its transaction cannot commit: the client must not take it for a success. */
+  @Post('streamed')
+  async streamed(@Res({ passthrough: true }) res: Response) {
+    await this.context.manager!.query('INSERT INTO checked_at_commit (v) VALUES (1), (1)');
+    res.status(201).setHeader('content-type', 'application/json');
+    res.write('{"charged":');
+    res.end('true}');
+  }
+
+  /** Loses its connection at its gate, then queries: the query fails with the connection's error. */
+  @Post('queries-after-gate')
+  async queriesAfterGate(@Req() req: Request) {
+    await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1)', [this.context.run!.key]);
+    await passGate(req);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    return { id };
+  }
+}
+
+let db: TestDatabase;
+let proxy: TcpProxy;
+let app: INestApplication;
+let url: string;
+const logger = new RecordingLogger();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
+  await db.query('CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)');
+  proxy = await TcpProxy.to(db.url);
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: proxy.urlFor(db.url),
+        migrations: [CreateIdempotencyRecords],
+        migrationsRun: true,
+        extra: { connectionTimeoutMillis: 1000 },
+      }),
+      // A short lease: a claim that is not renewed while its handler runs lapses within the test.
+      IdempotencyModule.forRoot({ accountResolver: () => 'acct', leaseSeconds: 0.6, storeTimeoutSeconds: 2, finalizeRetries: 3 }),
+    ],
+    controllers: [WorkController, OwnAnswerController],
+    providers: [GatedPipe],
+  }).compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
+  // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
+  app.useGlobalInterceptors(new GlobalTimeout());
+  await app.listen(0, '127.0.0.1');
+  url = await app.getUrl();
+});
+
+afterAll(async () => {
+  proxy?.bringUp();
+  for (const gate of gates) gate.release();
+  await app?.close();
+  await proxy?.close();
+  await db?.drop();
+});
+
+const post = (path: string, key: string, body: object = {}) => request(url).post(path).set('Idempotency-Key', key).send(body);
+const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+const recordOf = async (key: string) =>
+  (
+    await db.query<{ status: string; response_status: number | null; locked_until: Date | null }>(
+      'SELECT status, response_status, locked_until FROM idempotency_records WHERE idempotency_key = $1',
+      [key],
+    )
+  )[0];
+
+describe('a timeout interceptor inside the module\'s (the handler runs on after it answered)', () => {
+  const placements = [
+    ['on the controller (@UseInterceptors)', 'x-controller-timeout-ms', 504],
+    ['app-wide (useGlobalInterceptors)', 'x-global-timeout-ms', 408],
+  ] as const;
+  const cases = placements.flatMap(([placement, header, status]) =>
+    (['standard', 'transactional'] as const).map((mode) => [placement, mode, header, status] as const),
+  );
+
+  it.each(cases)('%s, %s mode: the claim is held and renewed until the handler is done; its outcome, not the timeout, is replayed', async (_placement, mode, header, status) => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const timedOut = await post(`/work/${mode}`, key).set(header, '100');
+    expect(timedOut.status).toBe(status);
+    await gate.reached;
+
+    // The handler still runs: its claim is held (a retry is refused, not run beside it) and renewed past its lease.
+    const held = await recordOf(key);
+    expect(held).toMatchObject({ status: 'in_progress' });
+    await post(`/work/${mode}`, key).expect(409);
+    await waitFor(async () => ((await recordOf(key))!.locked_until! > held!.locked_until! ? true : undefined), 'the lease to be renewed');
+    await waitFor(async () => ((await db.query<{ late: boolean }>(
+      'SELECT now() > $1::timestamptz AS late', [held!.locked_until],
+    ))[0].late ? true : undefined), 'the first lease to have lapsed');
+    await post(`/work/${mode}`, key).expect(409);
+
+    gate.release();
+    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
+    const rows = await rowsOf(key);
+    expect(rows).toHaveLength(1);
+    const replay = await post(`/work/${mode}`, key).expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.body).toEqual({ id: rows[0].id });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it.each(['standard', 'transactional'] as const)('%s mode: a final error the handler throws after the timeout is its stored outcome', async (mode) => {
+    const key = randomUUID();
+    const gate = holdNext();
+    await post(`/work/${mode}`, key, { then: 'decline' }).set('x-controller-timeout-ms', '100').expect(504);
+    await gate.reached;
+    gate.release();
+    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
+    const replay = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
+    expect(replay.body).toEqual({ error: 'card_declined' });
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    // Transactional: a thrown error rolls the handler's write back, as it does without a timeout.
+    await expect(rowsOf(key)).resolves.toHaveLength(mode === 'standard' ? 1 : 0);
+  });
+
+  it('an unexpected error after the timeout releases the claim once the handler is done, and a retry runs', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    await post('/work/transactional', key, { then: 'fail' }).set('x-global-timeout-ms', '100').expect(408);
+    await gate.reached;
+    await post('/work/transactional', key, { then: 'fail' }).expect(409);
+    gate.release();
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    const retry = await post('/work/transactional', key).expect(201);
+    expect(retry.headers['idempotent-replay']).toBeUndefined();
+  });
+
+  it('a handler whose pipe outlasted the timeout never runs: its claim was released with the answer', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const runsBefore = piped.runs;
+    await post('/work/slow-pipe', key).set('x-controller-timeout-ms', '100').expect(504);
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    gate.release();
+    await waitFor(
+      async () => (logger.errors.some((error) => error.includes('invoked after its request had been answered')) ? true : undefined),
+      'the late invocation to be refused',
+    );
+    expect(piped.runs).toBe(runsBefore);
+  });
+});
+
+describe('never a success for work that did not commit', () => {
+  it('a handler that writes its own 201 (writeHead, end) whose commit fails: the client gets 503, not the 201', async () => {
+    const key = randomUUID();
+    const response = await post('/own-answer/write-head', key).expect(503);
+    expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
+    expect(response.headers['retry-after']).toBe('2');
+    await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+    await expect(recordOf(key)).resolves.toBeUndefined();
+  });
+
+  it('a streamed answer whose commit fails: the connection is cut before the response completes', async () => {
+    const key = randomUUID();
+    const outcome = await new Promise<string>((resolve) => {
+      const client = httpRequest(`${url}/own-answer/streamed`, {
+        method: 'POST',
+        headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
+      });
+      client.on('error', (error) => resolve(`error: ${error.message}`));
+      client.on('response', (response) => {
+        let body = '';
+        response.on('data', (chunk: Buffer) => (body += chunk.toString()));
+        response.on('aborted', () => resolve('aborted'));
+        response.on('error', (error) => resolve(`error: ${error.message}`));
+        response.on('end', () => resolve(`completed ${response.statusCode}: ${body}`));
+      });
+      client.end('{}');
+    });
+    expect(outcome).not.toMatch(/^completed/);
+    await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+  });
+});
+
+describe('a database connection lost under a transactional handler', () => {
+  it('answers 503 idempotency_store_unavailable with Retry-After, not 500; nothing committed, and the retry runs once', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const answer = post('/own-answer/queries-after-gate', key).then((response) => response);
+    await gate.reached;
+    proxy.takeDown();
+    gate.release();
+    const refused = await answer;
+    expect(refused.status).toBe(503);
+    expect(refused.body).toMatchObject({ error: 'idempotency_store_unavailable' });
+    expect(refused.headers['retry-after']).toBe('2');
+    proxy.bringUp();
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    const retry = await waitFor(async () => {
+      const response = await post('/own-answer/queries-after-gate', key);
+      return response.status === 409 || response.status === 503 ? undefined : response;
+    }, 'a retry to run');
+    expect(retry.status).toBe(201);
+    await expect(rowsOf(key)).resolves.toHaveLength(2);
+  });
+});
