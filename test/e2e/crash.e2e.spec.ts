@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import pg from 'pg';
+import { type HeldLock, holdLock } from '../support/hold-lock.js';
 import { postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -55,20 +55,6 @@ afterAll(async () => {
   await db?.drop();
 });
 
-/** A connection of the test's that holds a lock in an open transaction until it is let go. */
-async function holdLock(sql: string, params: unknown[] = []): Promise<{ letGo(): Promise<void> }> {
-  const client = new pg.Client({ connectionString: db.url });
-  await client.connect();
-  await client.query('BEGIN');
-  await client.query(sql, params);
-  return {
-    letGo: async () => {
-      await client.query('ROLLBACK');
-      await client.end();
-    },
-  };
-}
-
 const waitingOn = (queryStart: string) => async () =>
   (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`${queryStart}%`]))[0];
 
@@ -97,10 +83,10 @@ describe('a process SIGKILLed at each step of a charge', () => {
       // After the claim, the provider call takes far longer than the test: the process dies inside it.
       PROVIDER_DELAY_MS: step === 'after the claim' ? '600000' : '0',
     });
-    const locks: Array<{ letGo(): Promise<void> }> = [];
+    const locks: HeldLock[] = [];
     try {
       if (step === 'after the provider charged' || step === 'during the finalize') {
-        locks.push(await holdLock('LOCK TABLE charges IN EXCLUSIVE MODE'));
+        locks.push(await holdLock(db.url, 'LOCK TABLE charges IN EXCLUSIVE MODE'));
       }
       const lost = postCharge(doomed.url, charge, key, account).then(
         () => 'answered',
@@ -114,7 +100,7 @@ describe('a process SIGKILLed at each step of a charge', () => {
       }
       if (step === 'during the finalize') {
         await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
-        locks.push(await holdLock('SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE', [account, key]));
+        locks.push(await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE', [account, key]));
         await locks.shift()?.letGo();
         await waitFor(waitingOn('WITH changed AS (\n      UPDATE'), 'the finalize to wait');
       }
