@@ -68,6 +68,8 @@ interface RunningAttempt {
   policy: IdempotencyPolicy;
   /** Ended by shutdown before its handler was done: its claim is released, its outcome not stored. */
   abandoned: boolean;
+  /** Its handler is done and its outcome is being written. */
+  finishing: boolean;
   /** Answers the attempt's client when shutdown ends it (set by the HTTP edge). */
   onAbandoned?: (error: IdempotencyError) => void;
 }
@@ -125,8 +127,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.shuttingDown = true;
     clearInterval(this.purgeTimer);
     const timeoutSeconds = this.shutdownTimeoutSeconds;
-    if (this.running.size > 0) {
-      this.logger.log(`Shutting down: waiting up to ${timeoutSeconds} s for ${this.running.size} running idempotent attempt(s).`);
+    if (this.activeAttempts() > 0) {
+      this.logger.log(`Shutting down: waiting up to ${timeoutSeconds} s for ${this.activeAttempts()} running idempotent attempt(s).`);
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         new Promise<void>((resolve) => (this.drained = resolve)),
@@ -134,9 +136,19 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       ]);
       clearTimeout(timer);
     }
-    await Promise.all([...this.running].map(([run, attempt]) => this.abandon(run, attempt)));
+    const finishing = new Promise<void>((resolve) => (this.drained = resolve));
+    await Promise.all([...this.running].filter(([, attempt]) => !attempt.finishing).map(([run, attempt]) => this.abandon(run, attempt)));
+    // Outcomes being written are bounded by storeTimeoutSeconds; the database must stay open until they are.
+    if (this.activeAttempts() > 0) await finishing;
     for (const timer of this.leases.values()) clearInterval(timer);
     await this.store.close?.();
+  }
+
+  /** Attempts whose outcome is still to be written (abandoned ones have none). */
+  private activeAttempts(): number {
+    let count = 0;
+    for (const attempt of this.running.values()) if (!attempt.abandoned) count += 1;
+    return count;
   }
 
   /** Registers how the attempt's client is answered if shutdown ends the attempt before its handler is done. */
@@ -196,7 +208,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         waiting?.cancel();
         const run = await this.startRun(claim, result.takeover, policy);
         this.claimsOf.set(run, { fingerprint, since });
-        this.running.set(run, { policy, abandoned: false });
+        this.running.set(run, { policy, abandoned: false, finishing: false });
         return { action: 'run', run };
       }
       const { existing } = result;
@@ -225,9 +237,18 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     clearInterval(this.leases.get(run));
     this.leases.delete(run);
     const attempt = this.running.get(run);
-    this.running.delete(run);
-    if (this.running.size === 0) this.drained?.();
-    if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+    try {
+      if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
+      return await this.writeOutcome(run, outcome, policy);
+    } finally {
+      this.running.delete(run);
+      if (this.activeAttempts() === 0) this.drained?.();
+    }
+  }
+
+  /** Stores or releases the finished attempt's outcome (committing or rolling back its transaction). */
+  private async writeOutcome(run: IdempotencyRun, outcome: AttemptOutcome, policy: IdempotencyPolicy): Promise<IdempotencyError | undefined> {
     const { response, failed } = outcome;
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
