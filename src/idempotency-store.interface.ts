@@ -78,8 +78,11 @@ export interface IdempotencyStore {
    * `listening` once changes are being listened for (or listening failed, leaving only the timeout).
    */
   waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void };
-  /** Starts a transaction on a connection of its own. */
-  beginTransaction(): Promise<StoreTransaction>;
+  /**
+   * Starts a transaction on a connection of its own, waiting at most `timeoutMs` for the store to allow one more
+   * (a store may keep connections free for claims); past it, rejects and takes none later.
+   */
+  beginTransaction(timeoutMs?: number): Promise<StoreTransaction>;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */
   purgeExpired(batchSize: number): Promise<number>;
   /** Gives back what the store holds (a listening connection); called on shutdown once no attempt runs. */

@@ -198,7 +198,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       if (this.shuttingDown) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       // Listening starts before the claim, so that an outcome stored right after it is not missed.
       const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
-      await waiting?.listening;
+      // Listening needs a free connection, which may not come: past the bound, the waiter goes on without it.
+      if (waiting) await withTimeout(waiting.listening, policy, 'listening for outcomes').catch(() => undefined);
       const since = this.replays.now();
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
         waiting?.cancel();
@@ -351,7 +352,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private async startRun(claim: IdempotencyClaim, takeover: boolean, policy: IdempotencyPolicy): Promise<IdempotencyRun> {
     let run = new IdempotencyRun(claim, takeover);
     if (policy.transactional) {
-      const opening = this.store.beginTransaction();
+      const opening = this.store.beginTransaction(policy.storeTimeoutSeconds * 1000);
       try {
         run = new IdempotencyRun(claim, takeover, await withTimeout(opening, policy, 'beginning a transaction'));
       } catch (error) {
@@ -388,7 +389,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         return;
       }
       renewing = true;
-      this.store.renew(run.claim, timing).finally(() => (renewing = false)).then(
+      // Bounded, so that one renewal the database never answers does not stop the ones after it.
+      withTimeout(this.store.renew(run.claim, timing), policy, 'renewing the lease').finally(() => (renewing = false)).then(
         (held) => {
           if (held || !this.leases.has(run)) return; // still held, or the attempt finished meanwhile
           stop();

@@ -58,12 +58,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const table = quoteTableName(tableName);
     // A fixed-length channel name: PostgreSQL's identifiers stop at 63 bytes.
     const channel = `idempotency_${createHash('md5').update(tableName).digest('hex').slice(0, 20)}`;
-    this.changes = new ChangeListener(dataSource, channel);
-    // Each transactional run holds a pooled connection for as long as its handler runs. Leaving two free keeps
-    // claims, finalizes and lease renewals flowing, and stops transactions from starving each other of the
-    // connections their handlers need.
+    // Each transactional run holds a pooled connection for as long as its handler runs, and so does the LISTEN
+    // connection while it is open. Leaving two free keeps claims, finalizes and lease renewals flowing, and
+    // stops transactions from starving each other of the connections their handlers need.
     const { extra, poolSize } = dataSource.options as { extra?: { max?: number }; poolSize?: number };
     this.transactionSlots = new Slots(Math.max(1, (extra?.max ?? poolSize ?? 10) - 2));
+    this.changes = new ChangeListener(dataSource, channel, this.transactionSlots);
     const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
     const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
     // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
@@ -195,8 +195,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return this.changes.wait(scopeDigest(scope), timeoutMs);
   }
 
-  async beginTransaction(): Promise<StoreTransaction> {
-    await this.transactionSlots.acquire();
+  async beginTransaction(timeoutMs?: number): Promise<StoreTransaction> {
+    await this.transactionSlots.acquire(timeoutMs);
     const runner = this.dataSource.createQueryRunner();
     try {
       await runner.connect();
@@ -323,12 +323,25 @@ class Slots {
     this.free = capacity;
   }
 
-  async acquire(): Promise<void> {
+  /** Rejects after `timeoutMs` without a slot; the acquirer then leaves the queue, so it never takes one later. */
+  acquire(timeoutMs = Infinity): Promise<void> {
     if (this.free > 0) {
       this.free -= 1;
-      return;
+      return Promise.resolve();
     }
-    await new Promise<void>((resolve) => this.waiting.push(resolve));
+    return new Promise<void>((resolve, reject) => {
+      const granted = () => {
+        clearTimeout(timer);
+        resolve();
+      };
+      const timer = Number.isFinite(timeoutMs)
+        ? setTimeout(() => {
+            this.waiting.splice(this.waiting.indexOf(granted), 1);
+            reject(new Error(`no connection slot became free within ${timeoutMs} ms`));
+          }, timeoutMs)
+        : undefined;
+      this.waiting.push(granted);
+    });
   }
 
   release(): void {
@@ -341,14 +354,16 @@ class Slots {
 /**
  * One LISTEN connection per store, shared by every waiting attempt (no connection per waiter), opened on
  * the first wait. A lost connection is opened again by the next wait; waiters it leaves behind time out.
+ * While it is open it holds one of the transaction slots, so that it never takes a connection kept free.
  */
 class ChangeListener {
   private readonly waiters = new Map<string, Set<() => void>>();
-  private connection?: Promise<QueryRunner>;
+  private connection?: Promise<{ runner: QueryRunner; freeSlot(): void }>;
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly channel: string,
+    private readonly slots: Slots,
   ) {}
 
   wait(digest: string, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
@@ -363,8 +378,8 @@ class ChangeListener {
     };
     if (!this.waiters.has(digest)) this.waiters.set(digest, new Set());
     this.waiters.get(digest)?.add(done);
-    // Without a listener, the waiter still ends at its timeout.
-    const listening = this.listen().then(
+    // Without a listener (none could be opened before the waiter's timeout), the waiter still ends at its timeout.
+    const listening = Promise.race([this.listen(timeoutMs), changed]).then(
       () => undefined,
       () => undefined,
     );
@@ -374,26 +389,43 @@ class ChangeListener {
   async close(): Promise<void> {
     const connection = this.connection;
     this.connection = undefined;
-    const runner = await connection?.catch(() => undefined);
-    if (!runner) return;
-    await runner.query('UNLISTEN *').catch(() => undefined); // the connection goes back to the pool
-    await runner.release();
+    const listening = await connection?.catch(() => undefined);
+    if (!listening) return;
+    try {
+      await listening.runner.query('UNLISTEN *').catch(() => undefined); // the connection goes back to the pool
+      await listening.runner.release();
+    } finally {
+      listening.freeSlot();
+    }
   }
 
-  private listen(): Promise<QueryRunner> {
+  /** Opens the listening connection, waiting at most `timeoutMs` for its slot. */
+  private listen(timeoutMs: number): Promise<unknown> {
     this.connection ??= (async () => {
-      const runner = this.dataSource.createQueryRunner();
-      const client = (await runner.connect()) as import('pg').PoolClient;
-      const lost = () => {
-        if (this.connection === connection) this.connection = undefined;
+      await this.slots.acquire(timeoutMs);
+      let slotHeld = true;
+      const freeSlot = () => {
+        if (slotHeld) this.slots.release();
+        slotHeld = false;
       };
-      client.on('notification', (message) => {
-        for (const waiter of [...(this.waiters.get(message.payload ?? '') ?? [])]) waiter();
-      });
-      client.on('error', lost);
-      client.on('end', lost);
-      await runner.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
-      return runner;
+      try {
+        const runner = this.dataSource.createQueryRunner();
+        const client = (await runner.connect()) as import('pg').PoolClient;
+        const lost = () => {
+          if (this.connection === connection) this.connection = undefined;
+          freeSlot();
+        };
+        client.on('notification', (message) => {
+          for (const waiter of [...(this.waiters.get(message.payload ?? '') ?? [])]) waiter();
+        });
+        client.on('error', lost);
+        client.on('end', lost);
+        await runner.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
+        return { runner, freeSlot };
+      } catch (error) {
+        freeSlot();
+        throw error;
+      }
     })();
     const connection = this.connection;
     connection.catch(() => {

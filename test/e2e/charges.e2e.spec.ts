@@ -113,6 +113,39 @@ describe('a key reused for a different request', () => {
     await postCharge(app.url, JSON.stringify(charge), key).set('Content-Type', 'application/json').expect(201);
     await postCharge(app.url, JSON.stringify(charge, null, 2), key).set('Content-Type', 'application/json').expect(422);
   });
+
+  it('is refused when only the query string differs, since the fingerprint covers the path with its query', async () => {
+    const key = randomUUID();
+    await post(app.url, '/v1/charges?amount=1', charge, key).expect(201);
+    const reuse = await post(app.url, '/v1/charges?amount=2', charge, key).expect(422);
+    expect(reuse.body.error).toBe('idempotency_key_reuse');
+  });
+
+  it('is refused by an instance that reads the record from the database, not from its memory', async () => {
+    const key = randomUUID();
+    await postCharge(app.url, charge, key).expect(201);
+    const other = await startSampleApp({ databaseUrl: db.url, ttlSeconds: 3600 }, { paymentProvider: provider });
+    try {
+      const reuse = await postCharge(other.url, { ...charge, amount: 9900 }, key).expect(422);
+      expect(reuse.body.error).toBe('idempotency_key_reuse');
+    } finally {
+      await other.close();
+    }
+  });
+
+  it('is refused while the key is still in progress: 422, not 409', async () => {
+    const key = randomUUID();
+    const held = provider.holdNextCharge();
+    const first = postCharge(app.url, charge, key).then((response) => response);
+    await held.reached;
+    try {
+      const reuse = await postCharge(app.url, { ...charge, amount: 9900 }, key).expect(422);
+      expect(reuse.body.error).toBe('idempotency_key_reuse');
+    } finally {
+      held.open();
+    }
+    expect((await first).status).toBe(201);
+  });
 });
 
 describe('a key still in progress', () => {

@@ -29,6 +29,7 @@ import {
   sha256Fingerprint,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
+import { expectHeldThroughout } from '../support/lease.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -117,6 +118,13 @@ class StandardController {
   @Post('wait')
   @Idempotent({ inFlight: 'wait' })
   async wait(@Req() req: Request) {
+    return this.write(req);
+  }
+
+  /** A hung handler: it outlives its maximum hold. */
+  @Post('hung')
+  @Idempotent({ maxHoldSeconds: 1 })
+  async hung(@Req() req: Request) {
     return this.write(req);
   }
 
@@ -309,19 +317,10 @@ describe('in-flight waiting (inFlight: wait)', () => {
 });
 
 describe('leases', () => {
-  it('are renewed while a slow handler runs: past its first lease, the key is still held', async () => {
+  it('are renewed while a slow handler runs: for three leases, the key never stops being held', async () => {
     const key = randomUUID();
     const { gate, answer: first } = await sendHeld('/std/write', key);
-    // Past the first lease (1 s) by the database clock, and renewed meanwhile.
-    await waitFor(async () => {
-      const [row] = await db.query<{ renewed: boolean }>(
-        `SELECT now() > created_at + interval '1.2 seconds' AND locked_until > now() AS renewed
-         FROM idempotency_records WHERE idempotency_key = $1`,
-        [key],
-      );
-      return row?.renewed ? true : undefined;
-    }, 'the lease to be renewed past its first term');
-    await post('/std/write', key).expect(409);
+    await expectHeldThroughout(db, key, 3, () => post('/std/write', key).expect(409));
     gate.release();
     expect((await first).status).toBe(201);
     await expect(rowsOf(key)).resolves.toHaveLength(1);
@@ -341,6 +340,20 @@ describe('leases', () => {
     const replay = await post('/tx/hung', key).expect(201);
     expect(replay.body).toEqual(taker.body);
     expect(logger.warnings.some((warning) => warning.includes('maxHoldSeconds'))).toBe(true);
+  });
+
+  it('fence off a hung attempt in standard mode too: it answers 409, not its own unstored answer', async () => {
+    const key = randomUUID();
+    const { gate, answer: hung } = await sendHeld('/std/hung', key);
+    const taker = await retryUntilRun('/std/hung', key);
+    expect(taker.status).toBe(201);
+
+    gate.release();
+    const late = await hung;
+    expect(late.status).toBe(409);
+    expect(late.body.error).toBe('request_in_progress');
+    const replay = await post('/std/hung', key).expect(201);
+    expect(replay.body).toEqual(taker.body);
   });
 });
 

@@ -25,6 +25,9 @@ import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { waitFor } from '../support/wait-for.js';
 
+/** Bytes that are not UTF-8: a replay that decoded them as text would change them. */
+const BINARY = Buffer.from([0xff, 0xfe, 0x00, 0x80, 0x41]);
+
 /** Every route answers with how many times its handler ran, so a replay shows the first run's number. */
 @Controller('shapes')
 @Idempotent()
@@ -53,6 +56,12 @@ class ShapesController {
     res.setHeader('X-Not-Stored', `run ${run}`);
     res.setHeader('Set-Cookie', 'session=secret');
     return { run };
+  }
+
+  @Post('binary')
+  binary(@Res({ passthrough: true }) res: Response) {
+    this.run('binary');
+    res.type('application/octet-stream').send(BINARY);
   }
 
   @Post('thrown')
@@ -245,6 +254,23 @@ describe('responses that are stored and replayed exactly', () => {
     expect(replay.text).toBe('plain text, run 1');
     expect(replay.text).toBe(first.text);
     expect(replay.headers['content-type']).toBe(first.headers['content-type']);
+  });
+
+  it('a binary body that is not UTF-8 replays byte for byte, with its content type', async () => {
+    const key = randomUUID();
+    const bytes = (test: request.Test) =>
+      test.buffer(true).parse((res, done) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () => done(null, Buffer.concat(chunks)));
+      });
+    const first = await bytes(send('post', 'binary', key)).expect(201);
+    expect(first.body).toEqual(BINARY);
+    const replay = await bytes(send('post', 'binary', key)).expect(201);
+    expect(replay.headers['idempotent-replayed']).toBe('true');
+    expect(replay.body).toEqual(BINARY);
+    expect(replay.headers['content-type']).toBe(first.headers['content-type']);
+    expect(controller.runsOf('binary')).toBe(1);
   });
 
   it('an empty 204 replays empty', async () => {

@@ -1,0 +1,209 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, type INestApplication, Post, Req } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
+import type { Request } from 'express';
+import type pg from 'pg';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
+import {
+  CreateIdempotencyRecords,
+  IDEMPOTENCY_STORE,
+  type IdempotencyClaim,
+  type IdempotencyModuleOptions,
+  IdempotencyModule,
+  Idempotent,
+  PostgresIdempotencyStore,
+} from '../../src/index.js';
+import { Gate } from '../support/gate.js';
+import { expectHeldThroughout } from '../support/lease.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+/** The gate every gated handler waits at; `entered` counts the handlers that reached it. */
+let gate = new Gate();
+let entered = 0;
+
+@Controller('bounded')
+class BoundedController {
+  /** Only the request sent with `X-Hold` waits: a retry that took its key over answers at once. */
+  @Post('held')
+  @Idempotent()
+  async held(@Req() req: Request) {
+    if (req.header('x-hold')) await gate.pass(req);
+    return { held: true };
+  }
+
+  @Post('tx')
+  @Idempotent({ transactional: true })
+  async transactional(@Req() req: Request) {
+    entered += 1;
+    await gate.pass(req);
+    return { transactional: true };
+  }
+
+  @Post('wait')
+  @Idempotent({ inFlight: 'wait' })
+  wait() {
+    return { waited: true };
+  }
+
+  @Post('plain')
+  @Idempotent()
+  plain() {
+    return { plain: true };
+  }
+}
+
+/** The real store, except that its first lease renewal is sent and never answered. */
+class FirstRenewalHangs extends PostgresIdempotencyStore {
+  private hung = false;
+
+  override renew(claim: IdempotencyClaim, timing: { leaseSeconds: number; ttlSeconds: number }): Promise<boolean> {
+    if (this.hung) return super.renew(claim, timing);
+    this.hung = true;
+    return new Promise<boolean>(() => undefined);
+  }
+}
+
+let db: TestDatabase;
+let app: INestApplication | undefined;
+let url: string;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+
+beforeEach(() => {
+  gate = new Gate();
+  entered = 0;
+});
+
+afterEach(async () => {
+  gate.release(); // a failed test may leave handlers at the gate; the server cannot close before they answer
+  await app?.close();
+  app = undefined;
+});
+
+afterAll(async () => {
+  await db?.drop();
+});
+
+/** Starts the app on a pool of `poolSize` connections, with the real store or a subclass of it. */
+async function startApp(poolSize: number, options: IdempotencyModuleOptions, Store = PostgresIdempotencyStore) {
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: db.url,
+        migrations: [CreateIdempotencyRecords],
+        migrationsRun: true,
+        extra: { max: poolSize },
+      }),
+      IdempotencyModule.forRoot({ accountResolver: (context) => context.switchToHttp().getRequest<Request>().header('x-account') ?? 'acct', ...options }),
+    ],
+    controllers: [BoundedController],
+  })
+    .overrideProvider(IDEMPOTENCY_STORE)
+    .useFactory({ factory: (dataSource: DataSource) => new Store(dataSource, 'idempotency_records'), inject: [getDataSourceToken()] })
+    .compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger: false });
+  await app.listen(0, '127.0.0.1');
+  url = await app.getUrl();
+  return app;
+}
+
+const post = (path: string, key: string) => request(url).post(`/bounded/${path}`).set('Idempotency-Key', key).send({});
+
+describe('lease renewals', () => {
+  it('go on after one the database never answers: a slow handler keeps its claim for several leases', async () => {
+    const leaseSeconds = 1.2;
+    await startApp(10, { leaseSeconds, storeTimeoutSeconds: 0.3 }, FirstRenewalHangs);
+    const key = randomUUID();
+    const first = post('held', key).set('X-Hold', 'yes').then((response) => response);
+    await gate.reached;
+    await expectHeldThroughout(db, key, 3 * leaseSeconds, () => post('held', key).expect(409));
+    gate.release();
+    expect((await first).status).toBe(201);
+  });
+});
+
+describe('a waiter when every pooled connection is taken', () => {
+  it('is answered (503 with Retry-After) instead of hanging, and the app works again once they are given back', async () => {
+    const started = await startApp(4, { inFlightWaitSeconds: 2, storeTimeoutSeconds: 1 });
+    const pool = (started.get<DataSource>(getDataSourceToken()).driver as PostgresDriver).master as pg.Pool;
+    const free = pool.options.max - (pool.totalCount - pool.idleCount);
+    const taken = await Promise.all(Array.from({ length: free }, () => pool.connect()));
+    const key = randomUUID();
+    try {
+      const refused = await post('wait', key).timeout(20_000);
+      expect(refused.status).toBe(503);
+      expect(refused.body.error).toBe('idempotency_store_unavailable');
+      expect(refused.headers['retry-after']).toBe('2');
+    } finally {
+      for (const client of taken) client.release();
+    }
+    // The refused claim may land late and be given back meanwhile: retry until the key is free.
+    const retried = await waitFor(async () => {
+      const response = await post('wait', key);
+      return response.status === 503 || response.status === 409 ? undefined : response;
+    }, 'the retry to run');
+    expect(retried.status).toBe(201);
+    await post('wait', randomUUID()).expect(201);
+  });
+});
+
+describe('transactional handlers on a pool of five', () => {
+  /**
+   * Sends five transactional requests whose handlers wait at the gate, and resolves with how many entered once
+   * the others were refused (503) for want of a transaction slot.
+   */
+  async function holdFive() {
+    let refused = 0;
+    const answers = Array.from({ length: 5 }, () =>
+      post('tx', randomUUID()).then((response) => {
+        if (response.status === 503 && response.body.error === 'idempotency_store_unavailable') refused += 1;
+        return response;
+      }),
+    );
+    await waitFor(async () => (entered + refused === 5 ? true : undefined), 'each request to enter its handler or be refused');
+    return { running: entered, answers };
+  }
+
+  it('run at most pool size - 2 at once, and a claim on another route still succeeds meanwhile', async () => {
+    await startApp(5, { storeTimeoutSeconds: 1 });
+    const { running, answers } = await holdFive();
+    expect(running).toBe(3);
+    await post('plain', randomUUID()).expect(201);
+    gate.release();
+    expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(3);
+  });
+
+  it('run at most pool size - 3 at once while a route waits in flight, whose listener holds a slot', async () => {
+    await startApp(5, { storeTimeoutSeconds: 1 });
+    await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
+    await expect(db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`)).resolves.toHaveLength(1);
+    const { running, answers } = await holdFive();
+    expect(running).toBe(2);
+    await post('plain', randomUUID()).expect(201);
+    gate.release();
+    expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(2);
+  });
+
+  it('leave no slot to a listener or a transaction that gave up waiting for one', async () => {
+    await startApp(5, { storeTimeoutSeconds: 1, inFlightWaitSeconds: 1 });
+    const held = await holdFive(); // two transactions gave up waiting
+    // Its listener finds no slot before the wait is over; the waiter claims without it.
+    await post('wait', randomUUID()).expect(201);
+    gate.release();
+    await Promise.all(held.answers);
+    gate = new Gate();
+    entered = 0;
+    await post('wait', randomUUID()).expect(201);
+    const { running, answers } = await holdFive();
+    expect(running).toBe(2);
+    gate.release();
+    await Promise.all(answers);
+  });
+});
