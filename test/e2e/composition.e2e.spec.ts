@@ -24,7 +24,7 @@ import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
-import { Gate } from '../support/gate.js';
+import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -36,18 +36,9 @@ import { waitFor } from '../support/wait-for.js';
  */
 
 /** The gate the next handler (or pipe) waits at; each gate holds one request. */
-let nextGate: Gate | undefined;
-const gates: Gate[] = [];
-const holdNext = () => {
-  nextGate = new Gate();
-  gates.push(nextGate);
-  return nextGate;
-};
-const passGate = (req?: Request) => {
-  const gate = nextGate;
-  nextGate = undefined;
-  return gate?.pass(req);
-};
+const gates = new GateQueue();
+const holdNext = () => gates.holdNext();
+const passGate = (req?: Request) => gates.pass(req);
 
 /**
  * The `TimeoutInterceptor` of Nest's documentation, armed by a request header: it errors the handler's
@@ -194,7 +185,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   proxy?.bringUp();
-  for (const gate of gates) gate.release();
+  gates.releaseAll();
   await app?.close();
   await proxy?.close();
   await db?.drop();

@@ -28,7 +28,7 @@ import {
   IdempotencyRun,
   sha256Fingerprint,
 } from '../../src/index.js';
-import { Gate } from '../support/gate.js';
+import { GateQueue } from '../support/gate.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -36,18 +36,9 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database.
 import { waitFor } from '../support/wait-for.js';
 
 /** The gate the next request to a gated route waits at (each gate holds one request). */
-let nextGate: Gate | undefined;
-const gates: Gate[] = [];
-const passGate = (req: Request) => {
-  const gate = nextGate;
-  nextGate = undefined;
-  return gate?.pass(req);
-};
-const holdNext = () => {
-  nextGate = new Gate();
-  gates.push(nextGate);
-  return nextGate;
-};
+const gates = new GateQueue();
+const holdNext = () => gates.holdNext();
+const passGate = (req?: Request) => gates.pass(req);
 
 /** Answers 408 from outside the idempotency interceptor when the test says so, as a timeout interceptor would. */
 const outerTimeouts = new Subject<void>();
@@ -175,7 +166,7 @@ beforeAll(async () => {
 afterAll(async () => {
   proxy?.bringUp();
   // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
-  for (const gate of gates) gate.release();
+  gates.releaseAll();
   await app?.close();
   await proxy?.close();
   await db?.drop();

@@ -19,3 +19,29 @@ export class Gate {
     this.open();
   }
 }
+
+/**
+ * Gates handed out one request at a time: `holdNext()` makes the gate that the next request to a gated route
+ * waits at (`pass()`); requests that find none pass straight through.
+ */
+export class GateQueue {
+  private next?: Gate;
+  private readonly made: Gate[] = [];
+
+  holdNext(): Gate {
+    this.next = new Gate();
+    this.made.push(this.next);
+    return this.next;
+  }
+
+  pass(request?: IncomingMessage): Promise<void> | undefined {
+    const gate = this.next;
+    this.next = undefined;
+    return gate?.pass(request);
+  }
+
+  /** Opens every gate made, so that a failed test leaves no handler waiting (the server cannot close before it answers). */
+  releaseAll(): void {
+    for (const gate of this.made) gate.release();
+  }
+}
