@@ -40,7 +40,10 @@ export interface IdempotentOptions {
   maxHoldSeconds?: number;
   /** `Retry-After` sent with 409 `request_in_progress` and 503 `idempotency_store_unavailable`. Default: 2 s. */
   retryAfterSeconds?: number;
-  /** The account of a request. Default: none, and keys are then scoped per endpoint only (logged at start-up). */
+  /**
+   * The account (tenant) of a request; keys are scoped by it. Default: none, in which case the module must be
+   * given `singleTenant: true`, or it refuses to start.
+   */
   accountResolver?: AccountResolver;
   /** Request fingerprint. Default: sha256 of method, path with query and raw body (`sha256Fingerprint`). */
   fingerprint?: (input: FingerprintInput) => string;
@@ -64,6 +67,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   headerName?: string;
   /** Response header set to `true` on a replay. Default: `Idempotent-Replay` (Stripe sends `Idempotent-Replayed`). */
   replayHeaderName?: string;
+  /**
+   * The API has one tenant, or its keys are unique across tenants: keys are scoped per endpoint only. The module
+   * refuses to start unless it is given either this or `accountResolver` (not both). Default: `false`.
+   */
+  singleTenant?: boolean;
   /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
   tableName?: string;
   /**

@@ -30,6 +30,25 @@ export function isFinalStatusByDefault(status: number): boolean {
   return status < 500 && status !== 400;
 }
 
+/**
+ * Refuses module options that do not say who a key belongs to: scoped per endpoint only, one tenant's retry
+ * would be answered another tenant's stored response. Both at once is refused too, as one of them is a mistake.
+ */
+export function checkTenancy({ accountResolver, singleTenant }: IdempotencyModuleOptions): void {
+  if (accountResolver && singleTenant) {
+    throw new Error(
+      'IdempotencyModule got both `accountResolver` and `singleTenant: true`, which contradict each other: keep ' +
+        '`accountResolver` if requests belong to different tenants, or drop it if the API has a single tenant.',
+    );
+  }
+  if (!accountResolver && !singleTenant) {
+    throw new Error(
+      'IdempotencyModule needs to know who a key belongs to: pass `accountResolver` (the tenant of a request, by ' +
+        'which keys are scoped) or, if the API has a single tenant or its keys are unique across tenants, `singleTenant: true`.',
+    );
+  }
+}
+
 /** Every option resolved for one route: module options, overridden by the route's. */
 export interface IdempotencyPolicy {
   headerName: string;

@@ -9,7 +9,7 @@ import {
   RequestInProgressError,
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-import { type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings, resolveReplayCacheLimits } from './idempotency-policy.js';
+import { checkTenancy, type IdempotencyPolicy, resolvePolicy, resolvePurgeSettings, resolveReplayCacheLimits } from './idempotency-policy.js';
 import { canonicalJson } from './client/idempotency-keys.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
@@ -74,17 +74,12 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
   ) {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
+    checkTenancy(options);
     this.purge = resolvePurgeSettings(options);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
   }
 
   onModuleInit(): void {
-    if (!this.options.accountResolver) {
-      this.logger.warn(
-        'No accountResolver is configured: idempotency keys are scoped per endpoint only, so two clients ' +
-          'sending the same key to the same endpoint share one record. Configure one for multi-tenant APIs.',
-      );
-    }
     const interval = this.purge.intervalSeconds;
     if (interval !== undefined) {
       this.purgeTimer = setInterval(() => {
