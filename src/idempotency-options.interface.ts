@@ -56,7 +56,8 @@ export interface IdempotentOptions {
   maxStoredBodyBytes?: number;
   /**
    * Whether a response status is a final outcome to store and replay; otherwise the claim is released
-   * and a retry runs the handler again. Default: `status < 500 && status !== 400`.
+   * and a retry runs the handler again. Default: `isFinalStatusByDefault`, every status below 500 but 400, 408,
+   * 425 and 429.
    */
   isFinalStatus?: (status: number) => boolean;
 }

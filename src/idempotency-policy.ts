@@ -25,9 +25,15 @@ export function sha256Fingerprint({ method, url, body }: FingerprintInput): stri
   return createHash('sha256').update(`${method} ${url}\n`).update(body).digest('hex');
 }
 
-/** The default final outcomes: everything but a malformed request (400) and server faults (5xx). */
+/**
+ * Statuses below 500 that are not outcomes: a malformed request (400), and answers that ask the client to try
+ * again (408 Request Timeout, 425 Too Early, 429 Too Many Requests), which a stored copy would repeat forever.
+ */
+const RELEASED_CLIENT_STATUSES: ReadonlySet<number> = new Set([400, 408, 425, 429]);
+
+/** The default final outcomes: everything below 500 but a malformed request and the "try again" answers. */
 export function isFinalStatusByDefault(status: number): boolean {
-  return status < 500 && status !== 400;
+  return status < 500 && !RELEASED_CLIENT_STATUSES.has(status);
 }
 
 /**

@@ -61,11 +61,11 @@ describe('resolvePurgeSettings', () => {
 });
 
 describe('isFinalStatusByDefault', () => {
-  it.each([200, 201, 204, 302, 402, 404, 409, 422])('stores %i', (status) => {
+  it.each([200, 201, 204, 302, 401, 402, 403, 404, 409, 410, 413, 422])('stores %i', (status) => {
     expect(isFinalStatusByDefault(status)).toBe(true);
   });
 
-  it.each([400, 500, 502, 503])('releases %i', (status) => {
+  it.each([400, 408, 425, 429, 500, 502, 503])('releases %i', (status) => {
     expect(isFinalStatusByDefault(status)).toBe(false);
   });
 });
