@@ -114,11 +114,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       WHERE ${held}
       RETURNING 1`),
     );
+    // The clock at completion, not now(): in a transactional run, now() is when the handler's transaction began,
+    // and a TTL counted from there would be shortened by the run (or over before the outcome is even stored).
     this.completeSql = prepared(
       notifying(`
       UPDATE ${table}
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
-          completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
+          completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8)
+      FROM (SELECT clock_timestamp() AS at) AS completion
       WHERE ${held}
       RETURNING awaited`),
     );

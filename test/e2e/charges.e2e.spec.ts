@@ -283,6 +283,32 @@ describe('TTL', () => {
     expect((await postCharge(app.url, charge, key).expect(201)).body.id).toBe(first.body.id);
   });
 
+  it('counts from completion: a transactional run that outlasts the TTL is replayed to an immediate retry', async () => {
+    const shortLived = await startSampleApp({ databaseUrl: db.url, ttlSeconds: 1 }, { paymentProvider: provider });
+    try {
+      const key = randomUUID();
+      const held = provider.holdNextCharge();
+      const first = postCharge(shortLived.url, charge, key).then((response) => response);
+      await held.reached;
+      // The run's transaction began right after its claim: hold the handler until, by the database's clock, it has
+      // run longer than the TTL.
+      await waitFor(
+        async () =>
+          (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND created_at < now() - interval '1.5 s'`, [key]))[0],
+        'the run to outlast its TTL',
+      );
+      held.open();
+      expect((await first).status).toBe(201);
+      const charges = await chargeCount();
+      const retry = await postCharge(shortLived.url, charge, key).expect(201);
+      expect(retry.headers['idempotent-replay']).toBe('true');
+      expect(retry.body.id).toBe((await first).body.id);
+      expect(await chargeCount()).toBe(charges);
+    } finally {
+      await shortLived.close();
+    }
+  });
+
   it('replays (from memory too) only until the record expires, then runs the handler again', async () => {
     const shortLived = await startSampleApp({ databaseUrl: db.url, ttlSeconds: 1 }, { paymentProvider: provider });
     try {
