@@ -6,6 +6,11 @@ export interface FingerprintInput {
   method: string;
   /** The requested path with its query string, as received. */
   url: string;
+  /**
+   * The request's `Content-Type`, lower-case, without whitespace around `;` (empty when absent): the same bytes
+   * as JSON and as form data are different requests.
+   */
+  contentType: string;
   /** The raw body bytes as received (empty when the request has no body). */
   body: Buffer;
 }
@@ -45,7 +50,7 @@ export interface IdempotentOptions {
    * given `singleTenant: true`, or it refuses to start.
    */
   accountResolver?: AccountResolver;
-  /** Request fingerprint. Default: sha256 of method, path with query and raw body (`sha256Fingerprint`). */
+  /** Request fingerprint. Default: sha256 of method, path with query, content type and raw body (`sha256Fingerprint`). */
   fingerprint?: (input: FingerprintInput) => string;
   /**
    * Response headers stored and replayed besides `Content-Type` and `Location`. Default: `[]`.

@@ -19,10 +19,10 @@ const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
 
 const ALWAYS_STORED_HEADERS = ['content-type', 'location'];
 
-/** Default fingerprint: sha256 of the method, the path with its query and the raw body bytes. */
-export function sha256Fingerprint({ method, url, body }: FingerprintInput): string {
-  // Neither a method nor a request target can hold a newline, so this first line is unambiguous.
-  return createHash('sha256').update(`${method} ${url}\n`).update(body).digest('hex');
+/** Default fingerprint: sha256 of the method, the path with its query, the content type and the raw body bytes. */
+export function sha256Fingerprint({ method, url, contentType, body }: FingerprintInput): string {
+  // No method, request target or header value can hold a newline, so these two lines are unambiguous.
+  return createHash('sha256').update(`${method} ${url}\n${contentType}\n`).update(body).digest('hex');
 }
 
 /**

@@ -108,6 +108,19 @@ describe('a key reused for a different request', () => {
     expect(await chargeCount()).toBe(before);
   });
 
+  it('is refused when the same bytes come as form data instead of JSON, since the content type is fingerprinted', async () => {
+    const key = randomUUID();
+    const bytes = JSON.stringify(charge);
+    const before = await chargeCount();
+    await postCharge(app.url, bytes, key).set('Content-Type', 'application/json; charset=utf-8').expect(201);
+    const asForm = await postCharge(app.url, bytes, key).set('Content-Type', 'application/x-www-form-urlencoded').expect(422);
+    expect(asForm.body.error).toBe('idempotency_key_reuse');
+    // Another spelling of the same type is the same request.
+    const replay = await postCharge(app.url, bytes, key).set('Content-Type', 'Application/JSON ;charset=UTF-8').expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(await chargeCount()).toBe(before + 1);
+  });
+
   it('is refused when only the JSON formatting differs, since the raw bytes are fingerprinted', async () => {
     const key = randomUUID();
     await postCharge(app.url, JSON.stringify(charge), key).set('Content-Type', 'application/json').expect(201);
