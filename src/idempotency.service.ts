@@ -14,6 +14,7 @@ import { canonicalJson } from './client/idempotency-keys.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { IdempotencyRun } from './idempotency-run.js';
+import { assertFaithfulJson } from './json-input.js';
 import type {
   ClaimResult,
   IdempotencyClaim,
@@ -35,7 +36,10 @@ export interface IdempotentOperation {
   key: string;
   /** The tenant, as for HTTP. Default: none. */
   account?: string;
-  /** What the operation does (JSON-serializable): the same key with another input is refused. Default: none. */
+  /**
+   * What the operation does: the same key with another input is refused. Plain objects, arrays, strings, finite
+   * numbers, booleans and null only (a Date as its ISO string, say), so that different inputs never look alike. Default: none.
+   */
   input?: unknown;
 }
 
@@ -175,7 +179,8 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
    * Runs `work` once per operation key, for callers that are not HTTP requests, with the same claim,
    * fingerprint comparison, lease, TTL and (with `transactional: true`) transaction as the HTTP routes:
    * a completed operation returns its stored result; one still running throws `RequestInProgressError`;
-   * the same key with another input throws `IdempotencyKeyReuseError`. A failing `work` releases the key
+   * the same key with another input throws `IdempotencyKeyReuseError`; an input JSON cannot represent faithfully
+   * (a Map, a Set, a Date, `undefined`…) throws a `TypeError` naming where it is. A failing `work` releases the key
    * (its transaction rolls back) and its error is rethrown. `work` sees its run in `IdempotencyContext` too.
    */
   async execute<T>(
@@ -185,6 +190,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
   ): Promise<ExecuteResult<T>> {
     const policy = resolvePolicy(this.options, options);
     const scope = { account: operation.account ?? '', endpoint: `operation ${operation.name}`, key: operation.key };
+    assertFaithfulJson(operation.input ?? null, 'input'); // before anything is claimed
     const fingerprint = createHash('sha256').update(canonicalJson(operation.input ?? null)).digest('hex');
     const decision = await this.begin(scope, fingerprint, policy);
     if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
