@@ -97,8 +97,12 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * is first. `false` turns it off. Default: `{ maxEntries: 10_000, maxBytes: 16 MiB, maxAgeSeconds: 60 }`.
    */
   replayCache?: false | { maxEntries?: number; maxBytes?: number; maxAgeSeconds?: number };
-  /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
-  purgeIntervalSeconds?: number;
+  /**
+   * Purge expired records every so many seconds, in batches of `purgeBatchSize`; the timer never keeps the process
+   * alive and stops on shutdown. `false` turns it off (for a purge of your own, `IdempotencyService.purgeExpired()`).
+   * Default: 300 s.
+   */
+  purgeIntervalSeconds?: number | false;
   /** Records deleted per purge statement. Default: 1000. */
   purgeBatchSize?: number;
 }

@@ -80,10 +80,10 @@ export interface IdempotencyPolicy {
 export const DEFAULT_TABLE_NAME = 'idempotency_records';
 
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
-export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds?: number } {
+export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds: number | false } {
   const batchSize = positiveInteger('purgeBatchSize', options.purgeBatchSize ?? 1000);
-  const intervalSeconds = options.purgeIntervalSeconds;
-  return { batchSize, intervalSeconds: intervalSeconds === undefined ? undefined : positive('purgeIntervalSeconds', intervalSeconds) };
+  const intervalSeconds = options.purgeIntervalSeconds ?? 300;
+  return { batchSize, intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds) };
 }
 
 /** The replay cache's limits, checked, or `undefined` when it is off. */

@@ -85,7 +85,7 @@ export class IdempotencyService implements OnModuleInit, OnModuleDestroy {
 
   onModuleInit(): void {
     const interval = this.purge.intervalSeconds;
-    if (interval !== undefined) {
+    if (interval !== false) {
       this.purgeTimer = setInterval(() => {
         this.purgeExpired().catch((error: unknown) => this.logger.error(`Purging expired records failed: ${error}`));
       }, interval * 1000);

@@ -47,16 +47,21 @@ describe('resolvePolicy', () => {
 });
 
 describe('resolvePurgeSettings', () => {
-  it('defaults to batches of 1000 and no timer', () => {
-    expect(resolvePurgeSettings({})).toEqual({ batchSize: 1000, intervalSeconds: undefined });
+  it('defaults to batches of 1000 every 300 s', () => {
+    expect(resolvePurgeSettings({})).toEqual({ batchSize: 1000, intervalSeconds: 300 });
+  });
+
+  it('turns the timer off with false', () => {
+    expect(resolvePurgeSettings({ purgeIntervalSeconds: false })).toEqual({ batchSize: 1000, intervalSeconds: false });
   });
 
   it.each([0, -5, 1.5, Number.NaN])('refuses a batch size of %p', (purgeBatchSize) => {
     expect(() => resolvePurgeSettings({ purgeBatchSize })).toThrow(RangeError);
   });
 
-  it('refuses a non-positive interval', () => {
+  it('refuses a non-positive interval, and true', () => {
     expect(() => resolvePurgeSettings({ purgeIntervalSeconds: 0 })).toThrow(RangeError);
+    expect(() => resolvePurgeSettings({ purgeIntervalSeconds: true as unknown as number })).toThrow(RangeError);
   });
 });
 
