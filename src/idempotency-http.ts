@@ -2,6 +2,7 @@ import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { StreamableFile } from '@nestjs/common';
 import { IdempotencyBodyUnavailableError, type IdempotencyError } from './idempotency.errors.js';
+import type { FingerprintInput } from './idempotency-options.interface.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 
 /** The parts of an Express request the module reads. */
@@ -27,6 +28,16 @@ export function rawBodyOf(request: HttpRequest): Buffer {
 /** The requested path with its query, as received. */
 export function requestUrlOf(request: HttpRequest): string {
   return request.originalUrl ?? request.url;
+}
+
+/** What a request's fingerprint is computed from. */
+export function fingerprintInputOf(request: HttpRequest): FingerprintInput {
+  return { method: request.method, url: requestUrlOf(request), contentType: contentTypeOf(request), body: rawBodyOf(request) };
+}
+
+/** The request's Content-Type, normalized so that spellings of one type are one: lower-case, no space around `;`. */
+function contentTypeOf(request: HttpRequest): string {
+  return (request.headers['content-type'] ?? '').trim().toLowerCase().replace(/\s*;\s*/g, ';');
 }
 
 /** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */

@@ -6,6 +6,11 @@ export interface FingerprintInput {
   method: string;
   /** The requested path with its query string, as received. */
   url: string;
+  /**
+   * The request's `Content-Type`, lower-case, without whitespace around `;` (empty when absent): the same bytes
+   * as JSON and as form data are different requests.
+   */
+  contentType: string;
   /** The raw body bytes as received (empty when the request has no body). */
   body: Buffer;
 }
@@ -40,9 +45,12 @@ export interface IdempotentOptions {
   maxHoldSeconds?: number;
   /** `Retry-After` sent with 409 `request_in_progress` and 503 `idempotency_store_unavailable`. Default: 2 s. */
   retryAfterSeconds?: number;
-  /** The account of a request. Default: none, and keys are then scoped per endpoint only (logged at start-up). */
+  /**
+   * The account (tenant) of a request; keys are scoped by it. Default: none, in which case the module must be
+   * given `singleTenant: true`, or it refuses to start.
+   */
   accountResolver?: AccountResolver;
-  /** Request fingerprint. Default: sha256 of method, path with query and raw body (`sha256Fingerprint`). */
+  /** Request fingerprint. Default: sha256 of method, path with query, content type and raw body (`sha256Fingerprint`). */
   fingerprint?: (input: FingerprintInput) => string;
   /**
    * Response headers stored and replayed besides `Content-Type` and `Location`. Default: `[]`.
@@ -53,7 +61,8 @@ export interface IdempotentOptions {
   maxStoredBodyBytes?: number;
   /**
    * Whether a response status is a final outcome to store and replay; otherwise the claim is released
-   * and a retry runs the handler again. Default: `status < 500 && status !== 400`.
+   * and a retry runs the handler again. Default: `isFinalStatusByDefault`, every status below 500 but 400, 408,
+   * 425 and 429.
    */
   isFinalStatus?: (status: number) => boolean;
 }
@@ -64,6 +73,11 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   headerName?: string;
   /** Response header set to `true` on a replay. Default: `Idempotent-Replay` (Stripe sends `Idempotent-Replayed`). */
   replayHeaderName?: string;
+  /**
+   * The API has one tenant, or its keys are unique across tenants: keys are scoped per endpoint only. The module
+   * refuses to start unless it is given either this or `accountResolver` (not both). Default: `false`.
+   */
+  singleTenant?: boolean;
   /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
   tableName?: string;
   /**
@@ -90,8 +104,12 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * grace period (Kubernetes: 30 s). Default: 10 s.
    */
   shutdownTimeoutSeconds?: number;
-  /** Purge expired records every so many seconds; the timer never keeps the process alive. Default: off. */
-  purgeIntervalSeconds?: number;
+  /**
+   * Purge expired records every so many seconds, in batches of `purgeBatchSize`; the timer never keeps the process
+   * alive and stops on shutdown. `false` turns it off (for a purge of your own, `IdempotencyService.purgeExpired()`).
+   * Default: 300 s.
+   */
+  purgeIntervalSeconds?: number | false;
   /** Records deleted per purge statement. Default: 1000. */
   purgeBatchSize?: number;
 }

@@ -19,15 +19,40 @@ const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
 
 const ALWAYS_STORED_HEADERS = ['content-type', 'location'];
 
-/** Default fingerprint: sha256 of the method, the path with its query and the raw body bytes. */
-export function sha256Fingerprint({ method, url, body }: FingerprintInput): string {
-  // Neither a method nor a request target can hold a newline, so this first line is unambiguous.
-  return createHash('sha256').update(`${method} ${url}\n`).update(body).digest('hex');
+/** Default fingerprint: sha256 of the method, the path with its query, the content type and the raw body bytes. */
+export function sha256Fingerprint({ method, url, contentType, body }: FingerprintInput): string {
+  // No method, request target or header value can hold a newline, so these two lines are unambiguous.
+  return createHash('sha256').update(`${method} ${url}\n${contentType}\n`).update(body).digest('hex');
 }
 
-/** The default final outcomes: everything but a malformed request (400) and server faults (5xx). */
+/**
+ * Statuses below 500 that are not outcomes: a malformed request (400), and answers that ask the client to try
+ * again (408 Request Timeout, 425 Too Early, 429 Too Many Requests), which a stored copy would repeat forever.
+ */
+const RELEASED_CLIENT_STATUSES: ReadonlySet<number> = new Set([400, 408, 425, 429]);
+
+/** The default final outcomes: everything below 500 but a malformed request and the "try again" answers. */
 export function isFinalStatusByDefault(status: number): boolean {
-  return status < 500 && status !== 400;
+  return status < 500 && !RELEASED_CLIENT_STATUSES.has(status);
+}
+
+/**
+ * Refuses module options that do not say who a key belongs to: scoped per endpoint only, one tenant's retry
+ * would be answered another tenant's stored response. Both at once is refused too, as one of them is a mistake.
+ */
+export function checkTenancy({ accountResolver, singleTenant }: IdempotencyModuleOptions): void {
+  if (accountResolver && singleTenant) {
+    throw new Error(
+      'IdempotencyModule got both `accountResolver` and `singleTenant: true`, which contradict each other: keep ' +
+        '`accountResolver` if requests belong to different tenants, or drop it if the API has a single tenant.',
+    );
+  }
+  if (!accountResolver && !singleTenant) {
+    throw new Error(
+      'IdempotencyModule needs to know who a key belongs to: pass `accountResolver` (the tenant of a request, by ' +
+        'which keys are scoped) or, if the API has a single tenant or its keys are unique across tenants, `singleTenant: true`.',
+    );
+  }
 }
 
 /** Every option resolved for one route: module options, overridden by the route's. */
@@ -55,10 +80,10 @@ export interface IdempotencyPolicy {
 export const DEFAULT_TABLE_NAME = 'idempotency_records';
 
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
-export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds?: number } {
+export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds: number | false } {
   const batchSize = positiveInteger('purgeBatchSize', options.purgeBatchSize ?? 1000);
-  const intervalSeconds = options.purgeIntervalSeconds;
-  return { batchSize, intervalSeconds: intervalSeconds === undefined ? undefined : positive('purgeIntervalSeconds', intervalSeconds) };
+  const intervalSeconds = options.purgeIntervalSeconds ?? 300;
+  return { batchSize, intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds) };
 }
 
 /** How long shutdown waits for running attempts, checked. */

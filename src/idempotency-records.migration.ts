@@ -1,6 +1,6 @@
 import type { MigrationInterface, QueryRunner } from 'typeorm';
 import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
-import { quoteTableName } from './postgres-idempotency.store.js';
+import { quoteIdentifier, quoteTableName } from './postgres-idempotency.store.js';
 
 /**
  * Builds the migration that creates the records table (and its indexes) under `tableName`,
@@ -32,9 +32,9 @@ export function createIdempotencyRecordsMigration(tableName: string = DEFAULT_TA
           locked_until     timestamp with time zone,
           completed_at     timestamp with time zone,
           expires_at       timestamp with time zone NOT NULL,
-          CONSTRAINT "${bareName}_pkey" PRIMARY KEY (account, endpoint, idempotency_key)
+          CONSTRAINT ${quoteIdentifier(`${bareName}_pkey`)} PRIMARY KEY (account, endpoint, idempotency_key)
         )`);
-      await queryRunner.query(`CREATE INDEX "${bareName}_expires_at_idx" ON ${table} (expires_at)`);
+      await queryRunner.query(`CREATE INDEX ${quoteIdentifier(`${bareName}_expires_at_idx`)} ON ${table} (expires_at)`);
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {

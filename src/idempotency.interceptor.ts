@@ -25,10 +25,9 @@ import { IdempotencyContext } from './idempotency-context.js';
 import {
   endpointOf,
   errorResponse,
+  fingerprintInputOf,
   type HttpRequest,
-  rawBodyOf,
   replayResponse,
-  requestUrlOf,
   setRetryAfter,
 } from './idempotency-http.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
@@ -87,7 +86,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       return next.handle();
     }
     const scope = { account: await accountOf(context, policy), endpoint: endpointOf(request), key };
-    const fingerprint = policy.fingerprint({ method: request.method, url: requestUrlOf(request), body: rawBodyOf(request) });
+    const fingerprint = policy.fingerprint(fingerprintInputOf(request));
 
     const decision = await this.idempotency.begin(scope, fingerprint, policy).catch((error: unknown) => {
       if (error instanceof IdempotencyError && error.retryAfterSeconds !== undefined) {

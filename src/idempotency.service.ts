@@ -11,6 +11,7 @@ import {
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import {
+  checkTenancy,
   type IdempotencyPolicy,
   resolvePolicy,
   resolvePurgeSettings,
@@ -21,6 +22,7 @@ import { canonicalJson } from './client/idempotency-keys.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { IdempotencyRun } from './idempotency-run.js';
+import { assertFaithfulJson } from './json-input.js';
 import type {
   ClaimResult,
   IdempotencyClaim,
@@ -42,7 +44,10 @@ export interface IdempotentOperation {
   key: string;
   /** The tenant, as for HTTP. Default: none. */
   account?: string;
-  /** What the operation does (JSON-serializable): the same key with another input is refused. Default: none. */
+  /**
+   * What the operation does: the same key with another input is refused. Plain objects, arrays, strings, finite
+   * numbers, booleans and null only (a Date as its ISO string, say), so that different inputs never look alike. Default: none.
+   */
   input?: unknown;
 }
 
@@ -96,20 +101,15 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
   ) {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
+    checkTenancy(options);
     this.purge = resolvePurgeSettings(options);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     resolveShutdownTimeout(options);
   }
 
   onModuleInit(): void {
-    if (!this.options.accountResolver) {
-      this.logger.warn(
-        'No accountResolver is configured: idempotency keys are scoped per endpoint only, so two clients ' +
-          'sending the same key to the same endpoint share one record. Configure one for multi-tenant APIs.',
-      );
-    }
     const interval = this.purge.intervalSeconds;
-    if (interval !== undefined) {
+    if (interval !== false) {
       this.purgeTimer = setInterval(() => {
         this.purgeExpired().catch((error: unknown) => this.logger.error(`Purging expired records failed: ${error}`));
       }, interval * 1000);
@@ -287,7 +287,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * Runs `work` once per operation key, for callers that are not HTTP requests, with the same claim,
    * fingerprint comparison, lease, TTL and (with `transactional: true`) transaction as the HTTP routes:
    * a completed operation returns its stored result; one still running throws `RequestInProgressError`;
-   * the same key with another input throws `IdempotencyKeyReuseError`. A failing `work` releases the key
+   * the same key with another input throws `IdempotencyKeyReuseError`; an input JSON cannot represent faithfully
+   * (a Map, a Set, a Date, `undefined`…) throws a `TypeError` naming where it is. A failing `work` releases the key
    * (its transaction rolls back) and its error is rethrown. `work` sees its run in `IdempotencyContext` too.
    */
   async execute<T>(
@@ -297,6 +298,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   ): Promise<ExecuteResult<T>> {
     const policy = resolvePolicy(this.options, options);
     const scope = { account: operation.account ?? '', endpoint: `operation ${operation.name}`, key: operation.key };
+    assertFaithfulJson(operation.input ?? null, 'input'); // before anything is claimed
     const fingerprint = createHash('sha256').update(canonicalJson(operation.input ?? null)).digest('hex');
     const decision = await this.begin(scope, fingerprint, policy);
     if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };

@@ -13,12 +13,14 @@ import type {
   StoreTransaction,
 } from './idempotency-store.interface.js';
 
+/** Quotes a name as a PostgreSQL identifier, whatever characters it holds. */
+export function quoteIdentifier(name: string): string {
+  return `"${name.replace(/"/g, '""')}"`;
+}
+
 /** Quotes a table name, optionally schema-qualified, as a PostgreSQL identifier. */
 export function quoteTableName(tableName: string): string {
-  return tableName
-    .split('.')
-    .map((part) => `"${part.replace(/"/g, '""')}"`)
-    .join('.');
+  return tableName.split('.').map(quoteIdentifier).join('.');
 }
 
 interface ClaimRow {
@@ -114,11 +116,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       WHERE ${held}
       RETURNING 1`),
     );
+    // The clock at completion, not now(): in a transactional run, now() is when the handler's transaction began,
+    // and a TTL counted from there would be shortened by the run (or over before the outcome is even stored).
     this.completeSql = prepared(
       notifying(`
       UPDATE ${table}
       SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
-          completed_at = now(), locked_until = NULL, expires_at = now() + make_interval(secs => $8::float8)
+          completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8)
+      FROM (SELECT clock_timestamp() AS at) AS completion
       WHERE ${held}
       RETURNING awaited`),
     );

@@ -108,6 +108,19 @@ describe('a key reused for a different request', () => {
     expect(await chargeCount()).toBe(before);
   });
 
+  it('is refused when the same bytes come as form data instead of JSON, since the content type is fingerprinted', async () => {
+    const key = randomUUID();
+    const bytes = JSON.stringify(charge);
+    const before = await chargeCount();
+    await postCharge(app.url, bytes, key).set('Content-Type', 'application/json; charset=utf-8').expect(201);
+    const asForm = await postCharge(app.url, bytes, key).set('Content-Type', 'application/x-www-form-urlencoded').expect(422);
+    expect(asForm.body.error).toBe('idempotency_key_reuse');
+    // Another spelling of the same type is the same request.
+    const replay = await postCharge(app.url, bytes, key).set('Content-Type', 'Application/JSON ;charset=UTF-8').expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(await chargeCount()).toBe(before + 1);
+  });
+
   it('is refused when only the JSON formatting differs, since the raw bytes are fingerprinted', async () => {
     const key = randomUUID();
     await postCharge(app.url, JSON.stringify(charge), key).set('Content-Type', 'application/json').expect(201);
@@ -314,6 +327,32 @@ describe('TTL', () => {
     );
     expect(ttl_seconds).toBe(3600);
     expect((await postCharge(app.url, charge, key).expect(201)).body.id).toBe(first.body.id);
+  });
+
+  it('counts from completion: a transactional run that outlasts the TTL is replayed to an immediate retry', async () => {
+    const shortLived = await startSampleApp({ databaseUrl: db.url, ttlSeconds: 1 }, { paymentProvider: provider });
+    try {
+      const key = randomUUID();
+      const held = provider.holdNextCharge();
+      const first = postCharge(shortLived.url, charge, key).then((response) => response);
+      await held.reached;
+      // The run's transaction began right after its claim: hold the handler until, by the database's clock, it has
+      // run longer than the TTL.
+      await waitFor(
+        async () =>
+          (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND created_at < now() - interval '1.5 s'`, [key]))[0],
+        'the run to outlast its TTL',
+      );
+      held.open();
+      expect((await first).status).toBe(201);
+      const charges = await chargeCount();
+      const retry = await postCharge(shortLived.url, charge, key).expect(201);
+      expect(retry.headers['idempotent-replay']).toBe('true');
+      expect(retry.body.id).toBe((await first).body.id);
+      expect(await chargeCount()).toBe(charges);
+    } finally {
+      await shortLived.close();
+    }
   });
 
   it('replays (from memory too) only until the record expires, then runs the handler again', async () => {

@@ -264,7 +264,7 @@ describe('transactional mode', () => {
 
   it('tells the handler when it took the key over from an attempt whose lease lapsed, with the same derived key', async () => {
     const key = randomUUID();
-    const fingerprint = sha256Fingerprint({ method: 'POST', url: '/tx/context', body: Buffer.from('{}') });
+    const fingerprint = sha256Fingerprint({ method: 'POST', url: '/tx/context', contentType: 'application/json', body: Buffer.from('{}') });
     await db.query(
       `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
        VALUES ('acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,

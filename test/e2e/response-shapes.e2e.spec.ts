@@ -6,6 +6,7 @@ import {
   HttpCode,
   HttpException,
   type INestApplication,
+  Param,
   Post,
   Put,
   Req,
@@ -93,6 +94,14 @@ class ShapesController {
   @Post('large')
   large() {
     return { run: this.run('large'), padding: 'x'.repeat(2000) };
+  }
+
+  /** Asks the client to try again (408, 425, 429) on its first run, then creates. */
+  @Post('try-again/:status')
+  tryAgain(@Param('status') status: string) {
+    const run = this.run(`try-again ${status}`);
+    if (run === 1) throw new HttpException({ reason: 'try again', run }, Number(status));
+    return { run };
   }
 
   @Post('crash')
@@ -184,6 +193,7 @@ beforeAll(async () => {
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
       IdempotencyModule.forRoot({
+        singleTenant: true,
         headerName: 'X-Idempotency-Key',
         replayHeaderName: 'Idempotent-Replayed',
         storedResponseHeaders: ['X-Custom', 'Set-Cookie'],
@@ -300,6 +310,15 @@ describe('responses that are not stored: the claim is released and a retry runs 
     expect(warnings).toHaveLength(1);
   });
 
+  it.each([408, 425, 429])('a %i (try again) releases the claim: the retry with the same key runs and gets 201', async (status) => {
+    const key = randomUUID();
+    await send('post', `try-again/${status}`, key).expect(status);
+    expect(await recordCount(key)).toBe(0);
+    const retry = await send('post', `try-again/${status}`, key).expect(201);
+    expect(retry.headers['idempotent-replayed']).toBeUndefined();
+    expect(retry.body).toEqual({ run: 2 });
+  });
+
   it('an unexpected error (500) releases the claim', async () => {
     const key = randomUUID();
     await send('post', 'crash', key).expect(500);
@@ -322,10 +341,6 @@ describe('module options', () => {
     await send('delete', 'count', key).expect(200);
     expect(controller.runsOf('count')).toBe(before + 2);
     expect(await recordCount(key)).toBe(0);
-  });
-
-  it('warns once at start-up that keys are scoped per endpoint when no accountResolver is configured', () => {
-    expect(logger.warnings.filter((warning) => warning.includes('No accountResolver'))).toHaveLength(1);
   });
 });
 

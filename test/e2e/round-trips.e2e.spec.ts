@@ -67,7 +67,7 @@ function send(path: string, key: string, body: object = {}) {
   return request(url).post(path).set('Idempotency-Key', key).send(body);
 }
 
-const EMPTY_BODY_FINGERPRINT = sha256Fingerprint({ method: 'POST', url: '/rt/standard', body: Buffer.from('{}') });
+const EMPTY_BODY_FINGERPRINT = sha256Fingerprint({ method: 'POST', url: '/rt/standard', contentType: 'application/json', body: Buffer.from('{}') });
 
 /** A key of `/rt/standard` completed by another instance of the app: this one has never seen it. */
 async function completedElsewhere(): Promise<string> {

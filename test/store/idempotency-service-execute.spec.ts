@@ -49,6 +49,20 @@ describe('IdempotencyService.execute', () => {
     expect(runs).toBe(1);
   });
 
+  it('refuses an input JSON cannot represent faithfully, naming where, before claiming anything', async () => {
+    const key = randomUUID();
+    let runs = 0;
+    const work = async () => (runs += 1);
+    await expect(service.execute(payout(key, { items: [1, 2, new Map([['sku', 1]])] }), work)).rejects.toThrow(
+      new TypeError('input.items[2] is a Map, not a plain object or array: convert it first (a Date to its ISO string, a Map to an object, a Set to an array).'),
+    );
+    await expect(service.execute(payout(key, { amount: 100, note: undefined }), work)).rejects.toThrow(/input\.note is undefined/);
+    expect(runs).toBe(0);
+    await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([]);
+    // Nothing holds the key: the same operation with a faithful input runs.
+    await expect(service.execute(payout(key, { items: [1, 2, { sku: 1 }] }), work)).resolves.toEqual({ result: 1, replayed: false });
+  });
+
   it('throws RequestInProgressError to a concurrent call while the work runs', async () => {
     const key = randomUUID();
     const gate = new Gate();

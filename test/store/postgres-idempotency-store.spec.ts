@@ -198,6 +198,30 @@ describe('schema', () => {
       await withCustomTable.destroy();
     }
   });
+
+  it('quotes every name it derives from the table name, so odd characters and double quotes work', async () => {
+    await db.query('CREATE SCHEMA "odd ""schema"');
+    const tableName = 'odd "schema.idem"keys';
+    const withOddTable = new DataSource({ type: 'postgres', url: db.url, migrations: [createIdempotencyRecordsMigration(tableName)] });
+    await withOddTable.initialize();
+    const odd = new PostgresIdempotencyStore(withOddTable, tableName);
+    try {
+      await withOddTable.runMigrations();
+      await expect(
+        db.query(`SELECT indexname FROM pg_indexes WHERE schemaname = 'odd "schema' AND tablename = 'idem"keys' ORDER BY indexname`),
+      ).resolves.toEqual([{ indexname: 'idem"keys_expires_at_idx' }, { indexname: 'idem"keys_pkey' }]);
+      const scope = newScope();
+      const attempt = randomUUID();
+      await expect(odd.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
+      await expect(odd.complete({ scope, attempt }, response, 0.001)).resolves.toBe(true);
+      await waitFor(async () => ((await odd.purgeExpired(10)) === 1 ? true : undefined), 'the record to expire and be purged');
+      await withOddTable.undoLastMigration();
+      await expect(db.query(`SELECT to_regclass('"odd ""schema"."idem""keys"') AS table`)).resolves.toEqual([{ table: null }]);
+    } finally {
+      await odd.close();
+      await withOddTable.destroy();
+    }
+  });
 });
 
 describe('claim racing a takeover', () => {

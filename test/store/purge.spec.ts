@@ -60,12 +60,22 @@ describe('IdempotencyService.purgeExpired', () => {
   });
 });
 
+const purgeTimerOf = (service: IdempotencyService) => (service as unknown as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
+
 describe('purgeIntervalSeconds', () => {
+  it('starts a purge timer by default, which does not keep the process alive', async () => {
+    const timer = purgeTimerOf(await startModule({}));
+    expect(timer?.hasRef()).toBe(false);
+  });
+
+  it('starts no timer when false', async () => {
+    expect(purgeTimerOf(await startModule({ purgeIntervalSeconds: false }))).toBeUndefined();
+  });
+
   it('purges on a timer that does not keep the process alive', async () => {
     await db.query('DELETE FROM idempotency_records');
     const service = await startModule({ purgeIntervalSeconds: 0.1, purgeBatchSize: 7 });
-    const timer = (service as unknown as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
-    expect(timer?.hasRef()).toBe(false);
+    expect(purgeTimerOf(service)?.hasRef()).toBe(false);
     await insertRecords(20, '-1 minute');
     await insertRecords(2, '1 hour');
     await waitFor(async () => ((await remaining()) === 2 ? true : undefined), 'the timer to purge the expired records');

@@ -47,25 +47,30 @@ describe('resolvePolicy', () => {
 });
 
 describe('resolvePurgeSettings', () => {
-  it('defaults to batches of 1000 and no timer', () => {
-    expect(resolvePurgeSettings({})).toEqual({ batchSize: 1000, intervalSeconds: undefined });
+  it('defaults to batches of 1000 every 300 s', () => {
+    expect(resolvePurgeSettings({})).toEqual({ batchSize: 1000, intervalSeconds: 300 });
+  });
+
+  it('turns the timer off with false', () => {
+    expect(resolvePurgeSettings({ purgeIntervalSeconds: false })).toEqual({ batchSize: 1000, intervalSeconds: false });
   });
 
   it.each([0, -5, 1.5, Number.NaN])('refuses a batch size of %p', (purgeBatchSize) => {
     expect(() => resolvePurgeSettings({ purgeBatchSize })).toThrow(RangeError);
   });
 
-  it('refuses a non-positive interval', () => {
+  it('refuses a non-positive interval, and true', () => {
     expect(() => resolvePurgeSettings({ purgeIntervalSeconds: 0 })).toThrow(RangeError);
+    expect(() => resolvePurgeSettings({ purgeIntervalSeconds: true as unknown as number })).toThrow(RangeError);
   });
 });
 
 describe('isFinalStatusByDefault', () => {
-  it.each([200, 201, 204, 302, 402, 404, 409, 422])('stores %i', (status) => {
+  it.each([200, 201, 204, 302, 401, 402, 403, 404, 409, 410, 413, 422])('stores %i', (status) => {
     expect(isFinalStatusByDefault(status)).toBe(true);
   });
 
-  it.each([400, 500, 502, 503])('releases %i', (status) => {
+  it.each([400, 408, 425, 429, 500, 502, 503])('releases %i', (status) => {
     expect(isFinalStatusByDefault(status)).toBe(false);
   });
 });

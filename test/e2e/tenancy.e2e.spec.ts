@@ -1,0 +1,54 @@
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import { CreateIdempotencyRecords, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+let db: TestDatabase;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+
+afterAll(async () => {
+  await db?.drop();
+});
+
+type Registration = 'forRoot' | 'forRootAsync';
+
+/** Builds an application module with `options`, closing it again when it starts; rejects when it refuses to. */
+async function start(options: IdempotencyModuleOptions, registration: Registration): Promise<void> {
+  const idempotency =
+    registration === 'forRoot' ? IdempotencyModule.forRoot(options) : IdempotencyModule.forRootAsync({ useFactory: async () => options });
+  const moduleRef = await Test.createTestingModule({
+    imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }), idempotency],
+  }).compile();
+  const context = await moduleRef.init();
+  expect(context.get(IdempotencyService)).toBeInstanceOf(IdempotencyService);
+  await context.close();
+}
+
+describe.each<Registration>(['forRoot', 'forRootAsync'])('tenancy, with %s', (registration) => {
+  it('refuses to start without accountResolver or singleTenant, naming both', async () => {
+    await expect(start({}, registration)).rejects.toThrow(
+      /IdempotencyModule needs to know who a key belongs to: pass `accountResolver`.*`singleTenant: true`/,
+    );
+  });
+
+  it('refuses to start with singleTenant: false and no accountResolver', async () => {
+    await expect(start({ singleTenant: false }, registration)).rejects.toThrow(/needs to know who a key belongs to/);
+  });
+
+  it('refuses to start with both, which contradict each other', async () => {
+    await expect(start({ singleTenant: true, accountResolver: () => 'acct' }, registration)).rejects.toThrow(
+      /both `accountResolver` and `singleTenant: true`/,
+    );
+  });
+
+  it('starts with accountResolver', async () => {
+    await start({ accountResolver: () => 'acct' }, registration);
+  });
+
+  it('starts with singleTenant: true', async () => {
+    await start({ singleTenant: true }, registration);
+  });
+});
