@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import {
   type IdempotencyStore,
   IdempotencyRun,
@@ -6,6 +7,7 @@ import {
   resolvePolicy,
   type StoreTransaction,
 } from '../../src/index.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 
 /** A transaction whose database never answers its rollback or commit. */
 class StalledTransaction implements StoreTransaction {
@@ -18,6 +20,9 @@ class StalledTransaction implements StoreTransaction {
     this.abandoned = true;
   }
 }
+
+const logger = new RecordingLogger();
+beforeAll(() => Logger.overrideLogger(logger));
 
 describe('ending a transaction the database does not answer', () => {
   it.each([
@@ -34,5 +39,6 @@ describe('ending a transaction the database does not answer', () => {
     const policy = resolvePolicy({ storeTimeoutSeconds: 0.05 });
     await service.finish(run, outcome, policy);
     expect(transaction.abandoned).toBe(true);
+    expect(logger.errors.some((error) => error.includes('took longer than storeTimeoutSeconds (0.05 s)'))).toBe(true);
   });
 });
