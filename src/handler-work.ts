@@ -1,6 +1,6 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Logger } from '@nestjs/common';
-import { isObservable, Observable } from 'rxjs';
+import { isObservable, Observable, Subject } from 'rxjs';
 
 /** How the handler's own invocation ended: its value, its error, or its Observable was unsubscribed first. */
 export type HandlerSettlement =
@@ -25,10 +25,17 @@ const logger = new Logger('Idempotency');
  */
 export class HandlerWork {
   private running = 0;
-  private invoking = false;
   private closed = false;
+  private replayed?: { value: unknown };
   private last?: HandlerSettlement;
   private idleWaiters: Array<() => void> = [];
+
+  /**
+   * @param runsObservablesToCompletion An Observable handler keeps running when the pipeline unsubscribes from it
+   *   (a timeout), as a promise would: true for routes whose outcome is stored; false for streams (SSE), which a
+   *   client that leaves must stop.
+   */
+  constructor(private readonly runsObservablesToCompletion: boolean) {}
 
   /** Runs `fn` (the handler's pipeline) so that invocations of tracked handlers inside it count as this work. */
   static within<T>(work: HandlerWork, fn: () => T): T {
@@ -36,13 +43,12 @@ export class HandlerWork {
   }
 
   /**
-   * Invokes a tracked handler: as this work's invocation when inside one and not already inside the handler
-   * (a handler calling another route method of its controller is part of its own invocation), plainly otherwise.
+   * Invokes a tracked handler: as this work's invocation when the pipeline calls it; plainly when there is no
+   * work (the route was called without a key, or from code of the application's own).
    */
   static invoke(call: () => unknown): unknown {
     const work = currentWork.getStore();
-    if (!work || work.invoking || work.running > 0) return call();
-    return work.track(call);
+    return work ? work.track(call) : call();
   }
 
   /** Whether an invocation of the handler is still running. */
@@ -61,12 +67,21 @@ export class HandlerWork {
     return new Promise((resolve) => this.idleWaiters.push(resolve));
   }
 
+  /**
+   * From now on the pipeline's invocations of the handler answer `value` without running it: the pipeline is
+   * run again to learn what the interceptors inside the module's make of a value they did not see.
+   */
+  replay(value: unknown): void {
+    this.replayed = { value };
+  }
+
   /** The outcome is decided: an invocation that starts later (a slow pipe outran by a timeout) must not run. */
   close(): void {
     this.closed = true;
   }
 
   private track(call: () => unknown): unknown {
+    if (this.replayed && !this.closed) return this.replayed.value;
     if (this.closed) {
       // Nobody awaits this invocation any more (its request was answered), so the refusal is only seen here.
       const refusal = new HandlerInvokedAfterOutcomeError();
@@ -74,14 +89,12 @@ export class HandlerWork {
       throw refusal;
     }
     let result: unknown;
-    this.invoking = true;
     try {
-      result = call();
+      // Inside the handler there is no work: what it calls, now or in tasks it leaves behind, runs plainly.
+      result = currentWork.exit(call);
     } catch (reason) {
       this.last = { status: 'rejected', reason };
       throw reason;
-    } finally {
-      this.invoking = false;
     }
     if (isObservable(result)) return this.trackObservable(result);
     if (isThenable(result)) {
@@ -96,7 +109,6 @@ export class HandlerWork {
     return result;
   }
 
-  /** An Observable handler works while it is subscribed; unsubscribing it (a timeout) cancels that work. */
   private trackObservable(source: Observable<unknown>): Observable<unknown> {
     return new Observable((subscriber) => {
       this.start();
@@ -107,21 +119,26 @@ export class HandlerWork {
         ended = true;
         this.end(settlement);
       };
+      // The source feeds a subject of its own, so that the pipeline may unsubscribe without stopping it.
+      const results = new Subject<unknown>();
+      const downstream = results.subscribe(subscriber);
       const subscription = source.subscribe({
         next: (next) => {
           value = next;
-          subscriber.next(next);
+          results.next(next);
         },
         error: (reason: unknown) => {
           end({ status: 'rejected', reason });
-          subscriber.error(reason);
+          results.error(reason);
         },
         complete: () => {
           end({ status: 'fulfilled', value });
-          subscriber.complete();
+          results.complete();
         },
       });
       return () => {
+        downstream.unsubscribe();
+        if (this.runsObservablesToCompletion) return;
         subscription.unsubscribe();
         end({ status: 'cancelled' });
       };

@@ -17,7 +17,7 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { finalize, Observable, of, ReplaySubject, tap } from 'rxjs';
+import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
@@ -36,7 +36,7 @@ import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
-import { isSerializableBody, outcomeOfSettlement } from './handler-outcome.js';
+import { isSerializableBody, responseForValue } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
@@ -97,7 +97,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     if (decision.action === 'replay') return of(replayResponse(response, decision.response, policy.replayHeaderName));
 
     const { run } = decision;
-    const work = new HandlerWork();
+    const work = new HandlerWork(plan.storable);
     let pipeline: PipelineEnd | undefined;
     let pipelineEnded!: () => void;
     // The attempt is over once the handler's pipeline has ended and no invocation of the handler still runs.
@@ -120,7 +120,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // answered for it) is not its outcome: it goes out at once, and the claim (and its transaction) is held
       // until the handler is done; its own outcome is then what a retry gets.
       if (plan.storable && !plan.passthrough && (pipeline === undefined || work.busy)) {
-        void workDone.then(() => conclude(this.outcomeOfWork(pipeline, work, context, request.method, policy)));
+        const pipelineRun = () => IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle()));
+        void workDone
+          .then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, { context, method: request.method, policy }))
+          .then(conclude);
         return undefined;
       }
       if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
@@ -153,21 +156,39 @@ export class IdempotencyInterceptor implements NestInterceptor {
     return handled;
   }
 
-  /** The handler's own outcome, for an attempt whose answer went out before the handler was done. */
-  private outcomeOfWork(
-    pipeline: PipelineEnd | undefined,
+  /**
+   * The handler's own outcome, for an attempt whose answer went out before the handler was done. A value is stored
+   * as the pipeline makes it: as it came out of the pipeline (a timeout outside this interceptor), or, when the
+   * pipeline ended while the handler ran (a timeout inside it), from running the pipeline again on the handler's
+   * value, so that the interceptors inside this one (a serializer, say) shape it as they would have. An error is
+   * not stored: the application's exception filters, which would have answered it, cannot be run here.
+   */
+  private async outcomeOfWork(
+    pipeline: PipelineEnd,
     work: HandlerWork,
-    context: ExecutionContext,
-    method: string,
-    policy: IdempotencyPolicy,
-  ): AttemptOutcome {
-    const route = { handler: context.getHandler(), method, storedHeaders: policy.storedResponseHeaders, maxBodyBytes: policy.maxStoredBodyBytes };
-    if (pipeline?.status === 'completed') return outcomeOfSettlement({ status: 'fulfilled', value: pipeline.value }, route);
-    if (pipeline?.status === 'errored' && !pipeline.whileHandlerRan) {
-      return outcomeOfSettlement({ status: 'rejected', reason: pipeline.error }, route);
-    }
-    // The pipeline ended while the handler ran (a timeout inside this interceptor): the handler's own settlement.
-    return outcomeOfSettlement(work.settlement ?? { status: 'cancelled' }, route);
+    pipelineRun: () => Observable<unknown>,
+    route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy },
+  ): Promise<AttemptOutcome> {
+    const failed = { response: undefined, failed: true };
+    let value: unknown;
+    if (pipeline.status === 'completed') value = pipeline.value;
+    else if (pipeline.status === 'errored' && pipeline.whileHandlerRan && work.settlement?.status === 'fulfilled') {
+      work.replay(work.settlement.value);
+      try {
+        value = await lastValueFrom(pipelineRun(), { defaultValue: undefined });
+      } catch {
+        return failed;
+      }
+    } else return failed;
+    const { context, method, policy } = route;
+    const response = responseForValue(value, {
+      handler: context.getHandler(),
+      method,
+      storedHeaders: policy.storedResponseHeaders,
+      maxBodyBytes: policy.maxStoredBodyBytes,
+    });
+    // A value that cannot be stored never reached the client either: its writes must not stand without an outcome.
+    return response ? { response, failed: false } : failed;
   }
 
   /**

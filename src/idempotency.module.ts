@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
-import { APP_INTERCEPTOR } from '@nestjs/core';
-import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
+import { IDEMPOTENCY_STORE, IDEMPOTENT_ROUTES_TRACKED } from './idempotency.constants.js';
+import { trackIdempotentRoutes } from './idempotent-routes.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { ConfigurableIdempotencyModule } from './idempotency.module-definition.js';
@@ -17,6 +18,7 @@ import { IdempotencyService } from './idempotency.service.js';
     IdempotencyService,
     IdempotencyContext,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
+    { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
   ],
   exports: [IdempotencyService, IdempotencyContext, IDEMPOTENCY_STORE],
 })

@@ -92,6 +92,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: Instant }>();
   private purgeTimer?: NodeJS.Timeout;
   private readonly running = new Map<IdempotencyRun, RunningAttempt>();
+  /** Transactions cut under their running handlers (past maxHoldSeconds): nothing of them can commit. */
+  private readonly cutTransactions = new WeakSet<StoreTransaction>();
   private shuttingDown = false;
   /** Resolves the shutdown's wait once the last running attempt has finished. */
   private drained?: () => void;
@@ -138,8 +140,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     }
     const finishing = new Promise<void>((resolve) => (this.drained = resolve));
     await Promise.all([...this.running].filter(([, attempt]) => !attempt.finishing).map(([run, attempt]) => this.abandon(run, attempt)));
-    // Outcomes being written are bounded by storeTimeoutSeconds; the database must stay open until they are.
-    if (this.activeAttempts() > 0) await finishing;
+    // Outcomes being written (each store operation bounded by storeTimeoutSeconds) keep the database open until
+    // they are written, for at most another shutdownTimeoutSeconds.
+    if (this.activeAttempts() > 0) {
+      await withTimeout(finishing, { storeTimeoutSeconds: timeoutSeconds }, 'writing outcomes').catch(() => undefined);
+    }
     for (const timer of this.leases.values()) clearInterval(timer);
     await this.store.close?.();
   }
@@ -166,13 +171,17 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       `Shutting down: the handler of ${describe(run.scope)} did not finish within shutdownTimeoutSeconds ` +
         `(${this.shutdownTimeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
     );
-    if (run.transaction) {
-      run.transaction.abandon();
-      // Frees the (now cut) connection and the transaction slot.
-      await this.endTransaction(run.transaction, 'rollback', policy).catch(() => undefined);
-    }
+    if (run.transaction) await this.cutTransaction(run.transaction, policy);
     await this.finalize(run.claim, undefined, policy);
     attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
+  }
+
+  /** Ends a transaction under a handler that still runs: PostgreSQL rolls it back and frees its locks. */
+  private async cutTransaction(transaction: StoreTransaction, policy: IdempotencyPolicy): Promise<void> {
+    this.cutTransactions.add(transaction);
+    transaction.abandon();
+    // Gives the (now cut) connection and its transaction slot back.
+    await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
   }
 
   private get shutdownTimeoutSeconds(): number {
@@ -207,6 +216,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       });
       if (result.claimed) {
         waiting?.cancel();
+        if (this.shuttingDown) {
+          // A claim that landed while shutdown began: give it back rather than start work that may be cut off.
+          await this.finalize(claim, undefined, policy);
+          throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+        }
         const run = await this.startRun(claim, result.takeover, policy);
         this.claimsOf.set(run, { fingerprint, since });
         this.running.set(run, { policy, abandoned: false, finishing: false });
@@ -253,6 +267,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const { response, failed } = outcome;
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
+    if (transaction && this.cutTransactions.has(transaction)) {
+      // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
+      const held = await this.finalize(run.claim, undefined, policy);
+      return held === false ? new RequestInProgressError(policy.retryAfterSeconds) : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    }
     if (transaction && storable && !failed) return this.commitWithOutcome(run, storable, policy);
     if (transaction) {
       // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
@@ -386,8 +405,10 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         stop();
         this.logger.warn(
           `The handler of ${describe(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its lease ` +
-            'is no longer renewed, and a retry may take the key over once it lapses.',
+            'is no longer renewed, and a retry may take the key over once it lapses' +
+            (run.transaction ? '; its transaction is cut (rolled back), so that its row locks do not block the retry.' : '.'),
         );
+        if (run.transaction) this.cutTransaction(run.transaction, policy);
         return;
       }
       renewing = true;
@@ -505,7 +526,7 @@ function parseResult<T>(response: StoredResponse): T {
 class StoreTimeoutError extends Error {}
 
 /** Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. */
-async function withTimeout<T>(operation: Promise<T>, policy: IdempotencyPolicy, what: string): Promise<T> {
+async function withTimeout<T>(operation: Promise<T>, policy: Pick<IdempotencyPolicy, 'storeTimeoutSeconds'>, what: string): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(

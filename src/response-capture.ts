@@ -44,6 +44,7 @@ export function captureResponse(
   const originalWrite = res.write;
   const originalEnd = res.end;
   const originalWriteHead = res.writeHead;
+  const originalFlushHeaders = res.flushHeaders;
   let streamed = false;
   let answered = false;
 
@@ -51,6 +52,16 @@ export function captureResponse(
     res.write = originalWrite;
     res.end = originalEnd;
     res.writeHead = originalWriteHead;
+    res.flushHeaders = originalFlushHeaders;
+  };
+  /**
+   * Once the answer is out, what the handler still does to the response (it may run on after a timeout answered
+   * for it) cannot reach the client; Node would throw on it, failing a handler whose work is fine.
+   */
+  const sealHeaders = () => {
+    res.setHeader = (() => res) as ServerResponse['setHeader'];
+    res.appendHeader = (() => res) as ServerResponse['appendHeader'];
+    res.removeHeader = (() => undefined) as ServerResponse['removeHeader'];
   };
   const silence = () => {
     res.write = (() => false) as ServerResponse['write'];
@@ -64,6 +75,7 @@ export function captureResponse(
       return;
     }
     const { 'content-type': _type, 'content-length': _length, etag: _etag, ...common } = kept;
+    res.statusMessage = ''; // the standard phrase of the replacement's status, not the handler's
     setStatusAndHeaders(res, { status: response.status, headers: { ...common, ...response.headers, 'content-length': String(response.body.length) } });
     (originalEnd as (chunk: Buffer) => ServerResponse).call(res, response.body);
   };
@@ -81,6 +93,13 @@ export function captureResponse(
     res.writeHead = originalWriteHead; // a stream's head goes out with its first chunk (Node calls writeHead itself)
     return (originalWrite as (...a: unknown[]) => boolean).apply(this, args);
   } as ServerResponse['write'];
+
+  // Flushing the head starts a stream (long polling, progress): it goes out now, and the response is not stored.
+  res.flushHeaders = function flushHeaders(this: ServerResponse) {
+    streamed = true;
+    res.writeHead = originalWriteHead;
+    originalFlushHeaders.call(this);
+  };
 
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
     silence();
@@ -102,6 +121,7 @@ export function captureResponse(
       } catch (error) {
         res.destroy(error as Error);
       }
+      sealHeaders();
     });
     return res;
   } as ServerResponse['end'];
@@ -120,6 +140,7 @@ export function captureResponse(
         res.destroy(error as Error);
       }
       silence();
+      sealHeaders();
     },
   };
   return capture;

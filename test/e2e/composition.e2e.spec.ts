@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { request as httpRequest } from 'node:http';
+import { type IncomingMessage, request as httpRequest } from 'node:http';
 import {
   Body,
   type CallHandler,
@@ -15,12 +15,13 @@ import {
   Req,
   RequestTimeoutException,
   Res,
+  StreamableFile,
   UseInterceptors,
 } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { Request, Response } from 'express';
-import { catchError, throwError, timeout, TimeoutError } from 'rxjs';
+import { catchError, from, map, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
@@ -127,7 +128,7 @@ class OwnAnswerController {
   @Post('write-head')
   async writeHead(@Res({ passthrough: true }) res: Response) {
     await this.context.manager!.query('INSERT INTO checked_at_commit (v) VALUES (1), (1)');
-    res.writeHead(201, { 'content-type': 'application/json' });
+    res.writeHead(201, 'Charged', { 'content-type': 'application/json' });
     res.end('{"charged":true}');
   }
 
@@ -150,6 +151,112 @@ class OwnAnswerController {
   }
 }
 
+/** Like `ClassSerializerInterceptor` or the docs' `TransformInterceptor`: drops a secret and wraps the value. */
+@Injectable()
+class TransformInterceptor implements NestInterceptor {
+  intercept(context: ExecutionContext, next: CallHandler) {
+    if (!context.switchToHttp().getRequest<Request>().header('x-transform')) return next.handle();
+    return next.handle().pipe(map(({ password: _secret, ...user }: { password?: string }) => ({ data: user })));
+  }
+}
+
+/** Routes whose handlers do what real ones do after a timeout answered for them. */
+@Controller('after-timeout')
+@UseInterceptors(ControllerTimeout)
+@Idempotent({ transactional: true })
+class AfterTimeoutController {
+  readonly background = { runs: 0 };
+
+  constructor(private readonly context: IdempotencyContext) {}
+
+  private async write(req: Request) {
+    await passGate(req);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    return id as number;
+  }
+
+  /** A value that cannot be stored: the client never got it, so its writes must not stand. */
+  @Post('file')
+  async file(@Req() req: Request) {
+    await this.write(req);
+    return new StreamableFile(Buffer.from('not stored'));
+  }
+
+  /** Touches its response after the timeout's answer went out, as handlers setting a header do. */
+  @Post('sets-header')
+  async setsHeader(@Req() req: Request) {
+    const id = await this.write(req);
+    req.res!.setHeader('Location', `/charges/${id}`);
+    return { id };
+  }
+
+  /** An Observable handler over a promise: unsubscribing it would not stop the promise. */
+  @Post('observable')
+  observable(@Req() req: Request) {
+    return from(this.write(req)).pipe(map((id) => ({ id })));
+  }
+
+  /** Its value is shaped by an interceptor inside the module's (a serializer). */
+  @Post('user')
+  async user(@Req() req: Request) {
+    const id = await this.write(req);
+    return { id, email: 'a@example.com', password: 'hunter2' };
+  }
+
+  /** Leaves a task behind that calls another route's method, as application code may. */
+  @Post('leaves-a-task')
+  async leavesATask(@Req() req: Request) {
+    const id = await this.write(req);
+    setTimeout(() => void this.countBackground(), 10);
+    return { id };
+  }
+
+  @Post('count-background')
+  async countBackground() {
+    this.background.runs += 1;
+    return { runs: this.background.runs };
+  }
+
+  /** Locks a row, then hangs past maxHoldSeconds: its transaction must not keep the lock from its retry. */
+  @Post('hung-with-lock')
+  @Idempotent({ transactional: true, maxHoldSeconds: 1 })
+  async hungWithLock(@Req() req: Request) {
+    await this.context.manager!.query('UPDATE balances SET amount = amount - 1 WHERE id = 1');
+    await passGate(req);
+    return { key: this.context.run!.key };
+  }
+}
+
+/** A base class marked as a whole, and a controller that inherits the mark with routes of its own. */
+@Idempotent({ transactional: true })
+class MarkedBase {
+  constructor(protected readonly context: IdempotencyContext) {}
+}
+
+@Controller('inherits-mark')
+@UseInterceptors(ControllerTimeout)
+class InheritsMarkController extends MarkedBase {
+  @Post('own')
+  async own(@Req() req: Request) {
+    await passGate(req);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    return { id };
+  }
+}
+
+/** Flushes its head at once (long polling), then answers later. */
+@Controller('flushes')
+@Idempotent()
+class FlushesController {
+  @Post()
+  async flush(@Req() req: Request, @Res() res: Response) {
+    res.status(200).setHeader('content-type', 'text/plain');
+    res.flushHeaders();
+    await passGate(req);
+    res.end('done');
+  }
+}
+
 let db: TestDatabase;
 let proxy: TcpProxy;
 let app: INestApplication;
@@ -159,6 +266,8 @@ const logger = new RecordingLogger();
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
+  await db.query('CREATE TABLE balances (id int PRIMARY KEY, amount int NOT NULL)');
+  await db.query('INSERT INTO balances VALUES (1, 100)');
   await db.query('CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)');
   proxy = await TcpProxy.to(db.url);
   const moduleRef = await Test.createTestingModule({
@@ -173,12 +282,12 @@ beforeAll(async () => {
       // A short lease: a claim that is not renewed while its handler runs lapses within the test.
       IdempotencyModule.forRoot({ accountResolver: () => 'acct', leaseSeconds: 0.6, storeTimeoutSeconds: 2, finalizeRetries: 3 }),
     ],
-    controllers: [WorkController, OwnAnswerController],
+    controllers: [WorkController, OwnAnswerController, AfterTimeoutController, InheritsMarkController, FlushesController],
     providers: [GatedPipe],
   }).compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
   // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
-  app.useGlobalInterceptors(new GlobalTimeout());
+  app.useGlobalInterceptors(new TransformInterceptor(), new GlobalTimeout());
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
 });
@@ -237,18 +346,20 @@ describe('a timeout interceptor inside the module\'s (the handler runs on after 
     await expect(rowsOf(key)).resolves.toHaveLength(1);
   });
 
-  it.each(['standard', 'transactional'] as const)('%s mode: a final error the handler throws after the timeout is its stored outcome', async (mode) => {
+  it.each(['standard', 'transactional'] as const)('%s mode: an error the handler throws after the timeout is not stored (no exception filter rendered it): the claim is released', async (mode) => {
     const key = randomUUID();
     const gate = holdNext();
     await post(`/work/${mode}`, key, { then: 'decline' }).set('x-controller-timeout-ms', '100').expect(504);
     await gate.reached;
+    await post(`/work/${mode}`, key, { then: 'decline' }).expect(409);
     gate.release();
-    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
-    const replay = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
-    expect(replay.body).toEqual({ error: 'card_declined' });
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    // Transactional: a thrown error rolls the handler's write back, as it does without a timeout.
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    // Transactional: the write rolled back. Standard: a write the handler committed before it threw stands.
     await expect(rowsOf(key)).resolves.toHaveLength(mode === 'standard' ? 1 : 0);
+    const retry = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
+    expect(retry.body).toEqual({ error: 'card_declined' });
+    expect(retry.headers['idempotent-replay']).toBeUndefined();
+    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the retry\'s outcome to be stored');
   });
 
   it('an unexpected error after the timeout releases the claim once the handler is done, and a retry runs', async () => {
@@ -283,6 +394,7 @@ describe('never a success for work that did not commit', () => {
   it('a handler that writes its own 201 (writeHead, end) whose commit fails: the client gets 503, not the 201', async () => {
     const key = randomUUID();
     const response = await post('/own-answer/write-head', key).expect(503);
+    expect((response as unknown as { res: IncomingMessage }).res.statusMessage).toBe('Service Unavailable');
     expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
     expect(response.headers['retry-after']).toBe('2');
     await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
@@ -332,5 +444,106 @@ describe('a database connection lost under a transactional handler', () => {
     }, 'a retry to run');
     expect(retry.status).toBe(201);
     await expect(rowsOf(key)).resolves.toHaveLength(2);
+  });
+});
+
+describe('handlers that run on after a timeout answered for them (review findings)', () => {
+  /** Sends a request that a timeout inside the module answers (504) while its handler waits at its gate. */
+  async function timedOut(path: string, key: string, headers: Record<string, string> = {}) {
+    const gate = holdNext();
+    const answer = post(path, key).set({ 'x-controller-timeout-ms': '100', ...headers });
+    await expect(answer).resolves.toMatchObject({ status: 504 });
+    await gate.reached;
+    await post(path, key).set(headers).expect(409);
+    gate.release();
+  }
+  const completed = (key: string) =>
+    waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
+
+  it('a value that cannot be stored (a file) is rolled back and released: its retry runs on a clean slate', async () => {
+    const key = randomUUID();
+    await timedOut('/after-timeout/file', key);
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    await expect(rowsOf(key)).resolves.toEqual([]);
+  });
+
+  it('a handler that sets a header after the answer went out still completes, and is replayed', async () => {
+    const key = randomUUID();
+    await timedOut('/after-timeout/sets-header', key);
+    await completed(key);
+    const [row] = await rowsOf(key);
+    const replay = await post('/after-timeout/sets-header', key).expect(201);
+    expect(replay.body).toEqual({ id: row.id });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('an Observable handler over a promise runs to its end: its outcome is stored, not the timeout', async () => {
+    const key = randomUUID();
+    await timedOut('/after-timeout/observable', key);
+    await completed(key);
+    const [row] = await rowsOf(key);
+    await expect(post('/after-timeout/observable', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('the stored outcome is the value as the interceptors inside the module shape it (no secret leaks)', async () => {
+    const key = randomUUID();
+    await timedOut('/after-timeout/user', key, { 'x-transform': 'yes' });
+    await completed(key);
+    const [row] = await rowsOf(key);
+    const replay = await post('/after-timeout/user', key).set('x-transform', 'yes').expect(201);
+    expect(replay.text).toBe(JSON.stringify({ data: { id: row.id, email: 'a@example.com' } }));
+  });
+
+  it('a controller that inherits its mark from a base class: its own routes hold the claim too', async () => {
+    const key = randomUUID();
+    await timedOut('/inherits-mark/own', key);
+    await completed(key);
+    const [row] = await rowsOf(key);
+    await expect(post('/inherits-mark/own', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('a task the handler leaves behind calls another route\'s method plainly, outside the request', async () => {
+    const key = randomUUID();
+    const controller = app.get(AfterTimeoutController);
+    const before = controller.background.runs;
+    const refusals = () => logger.errors.filter((error) => error.includes('invoked after')).length;
+    const refusalsBefore = refusals();
+    await post('/after-timeout/leaves-a-task', key).expect(201);
+    await waitFor(async () => (controller.background.runs > before ? true : undefined), 'the background task to run');
+    expect(refusals()).toBe(refusalsBefore);
+  });
+
+  it('a transactional handler hung past maxHoldSeconds loses its transaction, so its row lock does not block the retry', async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const hung = post('/after-timeout/hung-with-lock', key).then((response) => response);
+    await gate.reached;
+    const retry = await waitFor(async () => {
+      const response = await post('/after-timeout/hung-with-lock', key).timeout(5_000);
+      return response.status === 409 ? undefined : response;
+    }, 'the retry to take the key over');
+    expect(retry.status).toBe(201);
+    gate.release();
+    expect((await hung).status).toBe(409);
+    await expect(db.query('SELECT amount FROM balances WHERE id = 1')).resolves.toEqual([{ amount: 99 }]);
+  });
+});
+
+describe('a route that flushes its head (long polling)', () => {
+  it('sends the head at once, before its handler is done', async () => {
+    const gate = holdNext();
+    const client = httpRequest(`${url}/flushes`, { method: 'POST', headers: { 'Idempotency-Key': randomUUID() } });
+    const response = new Promise<IncomingMessage>((resolve, reject) => client.on('response', resolve).on('error', reject));
+    client.end();
+    await gate.reached;
+    await expect(response).resolves.toMatchObject({ statusCode: 200 });
+    gate.release();
+    const body = await response.then((message) => new Promise<string>((resolve) => {
+      let text = '';
+      message.on('data', (chunk: Buffer) => (text += chunk.toString())).on('end', () => resolve(text));
+    }));
+    expect(body).toBe('done');
   });
 });

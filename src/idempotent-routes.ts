@@ -1,0 +1,37 @@
+import type { Type } from '@nestjs/common';
+import { PATH_METADATA } from '@nestjs/common/constants.js';
+import type { ModulesContainer, Reflector } from '@nestjs/core';
+import { trackedHandler } from './handler-work.js';
+import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
+
+type Handler = (...args: never[]) => unknown;
+
+/**
+ * Wraps the handler of every idempotent route of the application (marked on the method, on its controller, or
+ * on a base class the controller inherits from) so that the module sees the handler's real invocation.
+ * Runs while Nest creates the providers, before it binds the routes to their handlers. A route inherited by a
+ * marked and an unmarked controller is wrapped on the marked controller's prototype only.
+ */
+export function trackIdempotentRoutes(modules: ModulesContainer, reflector: Reflector): true {
+  for (const module of modules.values()) {
+    for (const wrapper of module.controllers.values()) {
+      if (typeof wrapper.metatype === 'function') trackRoutesOf(wrapper.metatype as Type, reflector);
+    }
+  }
+  return true;
+}
+
+function trackRoutesOf(controller: Type, reflector: Reflector): void {
+  const own = controller.prototype as Record<string, unknown>;
+  const seen = new Set<string>();
+  for (let proto = own; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto) as Record<string, unknown>) {
+    for (const name of Object.getOwnPropertyNames(proto)) {
+      if (name === 'constructor' || seen.has(name)) continue;
+      seen.add(name);
+      const handler = Object.getOwnPropertyDescriptor(proto, name)?.value as Handler | undefined;
+      if (typeof handler !== 'function' || Reflect.getMetadata(PATH_METADATA, handler) === undefined) continue;
+      if (!reflector.getAll(IDEMPOTENT_METADATA, [handler, controller]).some(Boolean)) continue;
+      Object.defineProperty(own, name, { ...Object.getOwnPropertyDescriptor(proto, name), value: trackedHandler(handler) });
+    }
+  }
+}
