@@ -17,7 +17,7 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap } from 'rxjs';
+import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
@@ -175,7 +175,8 @@ export class IdempotencyInterceptor implements NestInterceptor {
     else if (pipeline.status === 'errored' && pipeline.whileHandlerRan && work.settlement?.status === 'fulfilled') {
       work.replay(work.settlement.value);
       try {
-        value = await lastValueFrom(pipelineRun(), { defaultValue: undefined });
+        // Bounded: the inner pipeline answers at once with a value it is given, unless it is stuck.
+        value = await lastValueFrom(pipelineRun().pipe(timeout(route.policy.storeTimeoutSeconds * 1000)), { defaultValue: undefined });
       } catch {
         return failed;
       }
