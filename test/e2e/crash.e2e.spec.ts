@@ -102,7 +102,8 @@ describe('a process SIGKILLed at each step of a charge', () => {
         await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
         locks.push(await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE', [account, key]));
         await locks.shift()?.letGo();
-        await waitFor(waitingOn('WITH changed AS (\n      UPDATE'), 'the finalize to wait');
+        // The outcome's UPDATE, not a lease renewal (which waits on the same row lock every third of the lease).
+        await waitFor(waitingOn("WITH changed AS (%SET status = 'completed'"), 'the finalize to wait');
       }
       if (step === 'after the commit') {
         await waitFor(async () => ((await recordExists())?.status === 'completed' ? true : undefined), 'the commit');
