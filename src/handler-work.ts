@@ -16,6 +16,8 @@ export class HandlerInvokedAfterOutcomeError extends Error {
 }
 
 const currentWork = new AsyncLocalStorage<HandlerWork>();
+/** The work whose handler the current code runs in (the handler's own code, and what it calls or leaves behind). */
+const handlerOf = new AsyncLocalStorage<HandlerWork>();
 const logger = new Logger('Idempotency');
 
 /**
@@ -61,6 +63,11 @@ export class HandlerWork {
     return this.last;
   }
 
+  /** Whether the code running now is this work's handler (it writes its own response, say), not the pipeline around it. */
+  get isCurrentHandler(): boolean {
+    return handlerOf.getStore() === this;
+  }
+
   /** Resolves once no invocation is running. */
   idle(): Promise<void> {
     if (this.running === 0) return Promise.resolve();
@@ -91,7 +98,7 @@ export class HandlerWork {
     let result: unknown;
     try {
       // Inside the handler there is no work: what it calls, now or in tasks it leaves behind, runs plainly.
-      result = currentWork.exit(call);
+      result = currentWork.exit(() => handlerOf.run(this, call));
     } catch (reason) {
       this.last = { status: 'rejected', reason };
       throw reason;

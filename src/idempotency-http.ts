@@ -1,9 +1,8 @@
-import { isUtf8 } from 'node:buffer';
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { StreamableFile } from '@nestjs/common';
 import { IdempotencyBodyUnavailableError, type IdempotencyError } from './idempotency.errors.js';
 import type { FingerprintInput } from './idempotency-options.interface.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
+import { sendSealed } from './response-capture.js';
 
 /** The parts of an Express request the module reads. */
 export interface HttpRequest extends IncomingMessage {
@@ -51,27 +50,12 @@ export function setRetryAfter(response: ServerResponse, seconds: number): void {
 }
 
 /**
- * Prepares the response for a replay and returns the value for Nest to send: the stored status and
- * headers are set here, and the stored bytes go out untouched (a `StreamableFile` is never re-serialized).
+ * Sends a stored response byte for byte, with the replay header. It is written here, not handed to Nest as a value:
+ * interceptors outside the module's (a `{ data }` wrapper, say) would map it again, although the stored bytes are
+ * already what they made of it the first time. Nest's own sending of the value that comes back is then ignored.
  */
-export function replayResponse(
-  response: ServerResponse,
-  stored: StoredResponse,
-  replayHeaderName: string,
-): StreamableFile | string | undefined {
-  response.statusCode = stored.status;
-  for (const [name, value] of Object.entries(stored.headers)) response.setHeader(name, value);
-  response.setHeader(replayHeaderName, 'true');
-  if (stored.body.length === 0) return undefined;
-  // UTF-8 text (JSON, most often) goes back as a string, which Express encodes to the same bytes, and which is
-  // much cheaper to send than a stream; anything else is streamed as it was stored.
-  if (isUtf8Text(stored) && isUtf8(stored.body)) return stored.body.toString('utf8');
-  return new StreamableFile(stored.body, { length: stored.body.length });
-}
-
-function isUtf8Text({ headers }: StoredResponse): boolean {
-  const type = String(headers['content-type'] ?? '').toLowerCase();
-  return /charset=utf-8/.test(type) || (/^application\/json/.test(type) && !/charset=/.test(type));
+export function sendReplay(response: ServerResponse, stored: StoredResponse, replayHeaderName: string): void {
+  sendSealed(response, { ...stored, headers: { ...stored.headers, [replayHeaderName.toLowerCase()]: 'true' } });
 }
 
 /** The response Nest's exception filter would send for `error`, for when the module must send it itself. */

@@ -2,6 +2,7 @@ import type { ServerResponse } from 'node:http';
 import {
   type CallHandler,
   type ExecutionContext,
+  HttpException,
   Inject,
   Injectable,
   Logger,
@@ -27,7 +28,7 @@ import {
   errorResponse,
   fingerprintInputOf,
   type HttpRequest,
-  replayResponse,
+  sendReplay,
   setRetryAfter,
 } from './idempotency-http.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
@@ -36,13 +37,13 @@ import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
-import { isSerializableBody, responseForValue } from './handler-outcome.js';
+import { isSerializableBody, responseForError, responseForValue } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
 type PipelineEnd =
-  | { status: 'completed'; value: unknown }
-  | { status: 'errored'; error: unknown; /** The handler's own invocation was still running then. */ whileHandlerRan: boolean }
+  | { status: 'completed'; value: unknown; /** The handler's own invocation was still running then (a fallback value). */ whileHandlerRan: boolean }
+  | { status: 'errored'; error: unknown; whileHandlerRan: boolean }
   | { status: 'unsubscribed' };
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
@@ -94,7 +95,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       }
       throw error;
     });
-    if (decision.action === 'replay') return of(replayResponse(response, decision.response, policy.replayHeaderName));
+    if (decision.action === 'replay') {
+      sendReplay(response, decision.response, policy.replayHeaderName);
+      return of(undefined);
+    }
 
     const { run } = decision;
     const work = new HandlerWork(plan.storable);
@@ -116,14 +120,15 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return undefined;
         }
       };
-      // An answer given while the handler still works (a timeout interceptor, inside or outside this one,
-      // answered for it) is not its outcome: it goes out at once, and the claim (and its transaction) is held
-      // until the handler is done; its own outcome is then what a retry gets.
-      if (plan.storable && !plan.passthrough && (pipeline === undefined || work.busy)) {
+      // An answer that is not the handler's (a timeout interceptor, inside or outside this one, answered while the
+      // handler or the interceptors inside still worked) goes out at once, and the claim (and its transaction) is
+      // held until the handler is done; its own outcome is then what a retry gets.
+      const answeredForHandler =
+        pipeline === undefined || work.busy || (pipeline.status === 'errored' && work.settlement?.status === 'fulfilled');
+      if (plan.storable && !work.isCurrentHandler && answeredForHandler) {
         const pipelineRun = () => IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle()));
-        void workDone
-          .then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, { context, method: request.method, policy }))
-          .then(conclude);
+        const route = { context, method: request.method, policy, answered: sent };
+        void workDone.then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, route)).then(conclude);
         return undefined;
       }
       if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
@@ -143,7 +148,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       tap({
         next: (value) => (last = value),
         error: (error: unknown) => (pipeline = { status: 'errored', error, whileHandlerRan: work.busy }),
-        complete: () => (pipeline = { status: 'completed', value: last }),
+        complete: () => (pipeline = { status: 'completed', value: last, whileHandlerRan: work.busy }),
       }),
       finalize(() => {
         pipeline ??= { status: 'unsubscribed' };
@@ -158,38 +163,61 @@ export class IdempotencyInterceptor implements NestInterceptor {
 
   /**
    * The handler's own outcome, for an attempt whose answer went out before the handler was done. A value is stored
-   * as the pipeline makes it: as it came out of the pipeline (a timeout outside this interceptor), or, when the
-   * pipeline ended while the handler ran (a timeout inside it), from running the pipeline again on the handler's
-   * value, so that the interceptors inside this one (a serializer, say) shape it as they would have. An error is
-   * not stored: the application's exception filters, which would have answered it, cannot be run here.
+   * as the pipeline makes it: as it came out of the pipeline when the pipeline ended after the handler (a timeout
+   * outside this interceptor); otherwise (a timeout inside, or a fallback value it answered with) by running the
+   * pipeline inside this interceptor again on the handler's value (the handler is not called again), so that the
+   * interceptors there (a serializer, say) shape it as they would have. When that cannot be done (the re-run
+   * failed, the handler threw), `outcomeUnshaped` decides.
    */
   private async outcomeOfWork(
     pipeline: PipelineEnd,
     work: HandlerWork,
     pipelineRun: () => Observable<unknown>,
-    route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy },
+    route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy; answered: SentResponse | undefined },
   ): Promise<AttemptOutcome> {
-    const failed = { response: undefined, failed: true };
-    let value: unknown;
-    if (pipeline.status === 'completed') value = pipeline.value;
-    else if (pipeline.status === 'errored' && pipeline.whileHandlerRan && work.settlement?.status === 'fulfilled') {
+    const respond = (value: unknown) => responseForValue(value, this.responseMetadataOf(route));
+    if (pipeline.status === 'completed' && !pipeline.whileHandlerRan) {
+      const response = respond(pipeline.value);
+      if (response) return { response, failed: false };
+    } else if (work.settlement?.status === 'fulfilled') {
       work.replay(work.settlement.value);
       try {
         // Bounded: the inner pipeline answers at once with a value it is given, unless it is stuck.
-        value = await lastValueFrom(pipelineRun().pipe(timeout(route.policy.storeTimeoutSeconds * 1000)), { defaultValue: undefined });
+        const value = await lastValueFrom(pipelineRun().pipe(timeout(route.policy.storeTimeoutSeconds * 1000)), { defaultValue: undefined });
+        const response = respond(value);
+        if (response) return { response, failed: false };
       } catch {
-        return failed;
+        // the inner pipeline failed on the handler's value (a slow interceptor timed out again, say)
       }
-    } else return failed;
-    const { context, method, policy } = route;
-    const response = responseForValue(value, {
-      handler: context.getHandler(),
-      method,
-      storedHeaders: policy.storedResponseHeaders,
-      maxBodyBytes: policy.maxStoredBodyBytes,
-    });
-    // A value that cannot be stored never reached the client either: its writes must not stand without an outcome.
-    return response ? { response, failed: false } : failed;
+    }
+    return this.outcomeUnshaped(work, route);
+  }
+
+  /**
+   * The outcome of a handler whose answer the pipeline could not shape, decided so that nothing runs twice. In
+   * transactional mode its writes roll back, so the answer the client got stands (stored when final, released
+   * otherwise, and then a retry runs on a clean slate). In standard mode its writes have committed, so its own
+   * outcome is stored as Nest would send it by default (its value, or its `HttpException`), rather than released
+   * for a second run.
+   */
+  private outcomeUnshaped(
+    work: HandlerWork,
+    route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy; answered: SentResponse | undefined },
+  ): AttemptOutcome {
+    const { answered, policy } = route;
+    const asAnswered = { response: answered?.storable ? answered.response : undefined, failed: true };
+    const settlement = work.settlement;
+    if (policy.transactional || !settlement || settlement.status === 'cancelled') return asAnswered;
+    if (settlement.status === 'fulfilled') {
+      const response = responseForValue(settlement.value, this.responseMetadataOf(route));
+      return response ? { response, failed: false } : asAnswered;
+    }
+    const error = settlement.reason;
+    return error instanceof HttpException ? { response: responseForError(error, this.responseMetadataOf(route)), failed: true } : asAnswered;
+  }
+
+  private responseMetadataOf({ context, method, policy }: { context: ExecutionContext; method: string; policy: IdempotencyPolicy }) {
+    return { handler: context.getHandler(), method, storedHeaders: policy.storedResponseHeaders, maxBodyBytes: policy.maxStoredBodyBytes };
   }
 
   /**

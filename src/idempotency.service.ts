@@ -216,12 +216,13 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       });
       if (result.claimed) {
         waiting?.cancel();
+        const run = await this.startRun(claim, result.takeover, policy);
         if (this.shuttingDown) {
-          // A claim that landed while shutdown began: give it back rather than start work that may be cut off.
-          await this.finalize(claim, undefined, policy);
+          // Claimed (or given its transaction) while shutdown began: give it back rather than start work that the
+          // shutdown would not wait for.
+          await this.finish(run, { response: undefined, failed: true }, policy);
           throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
         }
-        const run = await this.startRun(claim, result.takeover, policy);
         this.claimsOf.set(run, { fingerprint, since });
         this.running.set(run, { policy, abandoned: false, finishing: false });
         return { action: 'run', run };

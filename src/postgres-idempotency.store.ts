@@ -324,7 +324,7 @@ class Slots {
   private readonly waiting: Array<() => void> = [];
   private free: number;
 
-  constructor(capacity: number) {
+  constructor(readonly capacity: number) {
     this.free = capacity;
   }
 
@@ -407,8 +407,10 @@ class ChangeListener {
   /** Opens the listening connection, waiting at most `timeoutMs` for its slot. */
   private listen(timeoutMs: number): Promise<unknown> {
     this.connection ??= (async () => {
-      await this.slots.acquire(timeoutMs);
-      let slotHeld = true;
+      // With a single transaction slot (a pool of three or fewer), the listener takes a connection kept free
+      // instead: holding that slot would leave transactional routes none at all.
+      let slotHeld = this.slots.capacity > 1;
+      if (slotHeld) await this.slots.acquire(timeoutMs);
       const freeSlot = () => {
         if (slotHeld) this.slots.release();
         slotHeld = false;

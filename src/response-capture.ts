@@ -54,20 +54,6 @@ export function captureResponse(
     res.writeHead = originalWriteHead;
     res.flushHeaders = originalFlushHeaders;
   };
-  /**
-   * Once the answer is out, what the handler still does to the response (it may run on after a timeout answered
-   * for it) cannot reach the client; Node would throw on it, failing a handler whose work is fine.
-   */
-  const sealHeaders = () => {
-    res.setHeader = (() => res) as ServerResponse['setHeader'];
-    res.appendHeader = (() => res) as ServerResponse['appendHeader'];
-    res.removeHeader = (() => undefined) as ServerResponse['removeHeader'];
-  };
-  const silence = () => {
-    res.write = (() => false) as ServerResponse['write'];
-    res.end = (() => res) as ServerResponse['end'];
-    res.writeHead = (() => res) as unknown as ServerResponse['writeHead'];
-  };
   /** Sends `response` in place of what was written, keeping the headers every response gets (CORS, request ids). */
   const sendInstead = (response: StoredResponse, kept: OutgoingHttpHeaders) => {
     if (res.headersSent) {
@@ -102,7 +88,7 @@ export function captureResponse(
   };
 
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    silence();
+    silenceWrites(res);
     capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
@@ -121,7 +107,7 @@ export function captureResponse(
       } catch (error) {
         res.destroy(error as Error);
       }
-      sealHeaders();
+      sealHeaders(res);
     });
     return res;
   } as ServerResponse['end'];
@@ -139,11 +125,39 @@ export function captureResponse(
       } catch (error) {
         res.destroy(error as Error);
       }
-      silence();
-      sealHeaders();
+      silenceWrites(res);
+      sealHeaders(res);
     },
   };
   return capture;
+}
+
+/** Sends `response` as the whole answer, and ends the response for whoever writes to it next (see `sealHeaders`). */
+export function sendSealed(res: ServerResponse, response: StoredResponse): void {
+  res.statusCode = response.status;
+  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
+  res.setHeader('content-length', String(response.body.length));
+  res.end(response.body);
+  silenceWrites(res);
+  sealHeaders(res);
+}
+
+/** Later writes and ends do nothing, as for a response that has ended. */
+function silenceWrites(res: ServerResponse): void {
+  res.write = (() => false) as ServerResponse['write'];
+  res.end = (() => res) as ServerResponse['end'];
+  res.writeHead = (() => res) as unknown as ServerResponse['writeHead'];
+}
+
+/**
+ * Once the answer is out, what else is done to the response (by a handler that runs on after a timeout answered
+ * for it, or by Nest sending a value that an interceptor outside the module's made of a replay) cannot reach the
+ * client; Node would throw on it.
+ */
+function sealHeaders(res: ServerResponse): void {
+  res.setHeader = (() => res) as ServerResponse['setHeader'];
+  res.appendHeader = (() => res) as ServerResponse['appendHeader'];
+  res.removeHeader = (() => undefined) as ServerResponse['removeHeader'];
 }
 
 /** `writeHead`'s headers: an object, or a flat or paired array of names and values. */

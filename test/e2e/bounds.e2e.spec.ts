@@ -207,3 +207,15 @@ describe('transactional handlers on a pool of five', () => {
     await Promise.all(answers);
   });
 });
+
+describe('a pool of three (one transaction slot)', () => {
+  it('keeps its transaction slot for transactional routes once a route waits in flight: the listener takes a free connection', async () => {
+    await startApp(3, { storeTimeoutSeconds: 1 });
+    await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
+    await expect(db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`)).resolves.toHaveLength(1);
+    const answer = post('tx', randomUUID()).then((response) => response);
+    await Promise.race([gate.reached, answer]); // refused at once (503) when it finds no slot
+    gate.release();
+    expect((await answer).status).toBe(201);
+  });
+});

@@ -1,0 +1,199 @@
+import { randomUUID } from 'node:crypto';
+import {
+  type CallHandler,
+  Controller,
+  type ExecutionContext,
+  type INestApplication,
+  Injectable,
+  type NestInterceptor,
+  Post,
+  Req,
+  RequestTimeoutException,
+  Res,
+} from '@nestjs/common';
+import { APP_INTERCEPTOR } from '@nestjs/core';
+import { Test } from '@nestjs/testing';
+import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import type { Request, Response } from 'express';
+import { catchError, from, map, mergeMap, of, throwError, timeout, TimeoutError } from 'rxjs';
+import request from 'supertest';
+import type { DataSource } from 'typeorm';
+import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Gate, GateQueue } from '../support/gate.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+/**
+ * Interceptors on either side of the module's, each armed by a request header: timeouts that answer with an error
+ * or with a fallback value, slow work after the handler, and a `{ data }` wrapper outside.
+ */
+const gates = new GateQueue();
+
+function armedBy(header: string, arm: (next: CallHandler, value: string) => ReturnType<CallHandler['handle']>) {
+  @Injectable()
+  class Armed implements NestInterceptor {
+    intercept(context: ExecutionContext, next: CallHandler) {
+      const value = context.switchToHttp().getRequest<Request>().header(header);
+      return value ? arm(next, value) : next.handle();
+    }
+  }
+  return Armed;
+}
+
+const timingOut = (next: CallHandler, ms: string) =>
+  next.handle().pipe(
+    timeout(Number(ms)),
+    catchError((error: unknown) => throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error))),
+  );
+const InnerTimeout = armedBy('x-timeout-ms', timingOut);
+const OuterTimeout = armedBy('x-outer-timeout-ms', timingOut);
+/** A timeout that answers "still processing" with a fallback value instead of an error. */
+const FallbackTimeout = armedBy('x-fallback-ms', (next, ms) => next.handle().pipe(timeout({ first: Number(ms), with: () => of({ pending: true }) })));
+/** Slow work after the handler (an audit write, an enrichment call): it waits at a gate of its own. */
+const afterGate = { current: undefined as Gate | undefined };
+const SlowAfter = armedBy('x-slow-after', (next) => next.handle().pipe(mergeMap((value) => from((afterGate.current?.pass() ?? Promise.resolve()).then(() => value)))));
+/** Outside the module's: wraps every value as `{ data }`, like the docs' `TransformInterceptor`. */
+const OuterWrap = armedBy('x-wrap', (next) => next.handle().pipe(map((data: unknown) => ({ data }))));
+
+@Controller('order')
+class OrderController {
+  constructor(
+    @InjectDataSource() private readonly dataSource: DataSource,
+    private readonly context: IdempotencyContext,
+  ) {}
+
+  @Post('standard')
+  @Idempotent()
+  async standard(@Req() req: Request) {
+    await gates.pass(req);
+    return this.insert(this.dataSource.manager);
+  }
+
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  async transactional(@Req() req: Request) {
+    await gates.pass(req);
+    return this.insert(this.context.manager!);
+  }
+
+  /** Takes its response, but lets Nest send its value. */
+  @Post('passthrough')
+  @Idempotent()
+  async passthrough(@Req() req: Request, @Res({ passthrough: true }) res: Response) {
+    await gates.pass(req);
+    const value = await this.insert(this.dataSource.manager);
+    res.setHeader('x-charge-id', String(value.id));
+    return value;
+  }
+
+  private async insert(manager: DataSource['manager']) {
+    const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    return { id: id as number };
+  }
+}
+
+let db: TestDatabase;
+let app: INestApplication;
+let url: string;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
+  const moduleRef = await Test.createTestingModule({
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      IdempotencyModule.forRoot({ singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 }),
+    ],
+    controllers: [OrderController],
+    // Registered in the root module, these run outside the module's interceptor.
+    providers: [
+      { provide: APP_INTERCEPTOR, useClass: OuterWrap },
+      { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
+    ],
+  }).compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger: false });
+  app.useGlobalInterceptors(new InnerTimeout(), new FallbackTimeout(), new SlowAfter());
+  await app.listen(0, '127.0.0.1');
+  url = await app.getUrl();
+});
+
+afterAll(async () => {
+  gates.releaseAll();
+  afterGate.current?.release();
+  await app?.close();
+  await db?.drop();
+});
+
+const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
+const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1', [key]);
+const statusOf = async (key: string) =>
+  (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0]?.status;
+const completed = (key: string) => waitFor(async () => ((await statusOf(key)) === 'completed' ? true : undefined), 'the outcome to be stored');
+
+describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
+  it('a timeout that answers with a fallback value: the handler\'s own value is stored, not the fallback', async () => {
+    const key = randomUUID();
+    const gate = gates.holdNext();
+    const first = await post(`/order/${mode}`, key).set('x-fallback-ms', '100');
+    expect(first.body).toEqual({ pending: true });
+    await gate.reached;
+    gate.release();
+    await completed(key);
+    const rows = await rowsOf(key);
+    expect(rows).toHaveLength(1);
+    await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: rows[0].id } });
+  });
+
+  it('a replay through a value-mapping interceptor outside the module\'s is the stored bytes, not mapped again', async () => {
+    const key = randomUUID();
+    const first = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
+    expect(first.body).toEqual({ data: { id: expect.any(Number) } });
+    const replay = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.text).toBe(first.text);
+  });
+});
+
+describe('slow work after the handler, inside a timeout', () => {
+  it('standard mode: the handler ran and committed, so its own value is stored (a retry never runs it again)', async () => {
+    const key = randomUUID();
+    afterGate.current = new Gate();
+    await post('/order/standard', key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
+    await afterGate.current.reached;
+    await completed(key);
+    afterGate.current.release();
+    const [row] = await rowsOf(key);
+    await expect(post('/order/standard', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('transactional mode: the pipeline cannot shape the value, so the handler\'s writes roll back and the key is released', async () => {
+    const key = randomUUID();
+    afterGate.current = new Gate();
+    await post('/order/transactional', key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
+    await afterGate.current.reached;
+    await waitFor(async () => ((await statusOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    afterGate.current.release();
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    await post('/order/transactional', key).expect(201);
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+});
+
+describe.each([
+  ['inside', 'x-timeout-ms'],
+  ['outside', 'x-outer-timeout-ms'],
+])('a passthrough route with a timeout %s the module\'s', (_where, header) => {
+  it('answers the timeout at once and never runs the handler twice', async () => {
+    const key = randomUUID();
+    const gate = gates.holdNext();
+    await post('/order/passthrough', key).set(header, '100').expect(408);
+    await gate.reached;
+    await post('/order/passthrough', key).expect(409);
+    gate.release();
+    await completed(key);
+    const [row] = await rowsOf(key);
+    await expect(post('/order/passthrough', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+});
