@@ -1,4 +1,4 @@
-import { type HttpException, StreamableFile } from '@nestjs/common';
+import { StreamableFile } from '@nestjs/common';
 import { HEADERS_METADATA, HTTP_CODE_METADATA } from '@nestjs/common/constants.js';
 import { isObservable } from 'rxjs';
 import type { StoredResponse } from './idempotency-store.interface.js';
@@ -32,15 +32,6 @@ export function responseForValue(value: unknown, route: RouteResponseMetadata): 
   }
   if (body.length > route.maxBodyBytes) return undefined;
   return { status, headers: pickHeaders(headers, route.storedHeaders), body };
-}
-
-/** The response Nest's default exception filter sends for `error`. */
-export function responseForError(error: HttpException, route: RouteResponseMetadata): StoredResponse | undefined {
-  const body = error.getResponse();
-  const json = Buffer.from(JSON.stringify(typeof body === 'object' ? body : { statusCode: error.getStatus(), message: body }));
-  if (json.length > route.maxBodyBytes) return undefined;
-  const headers = pickHeaders({ 'content-type': 'application/json; charset=utf-8' }, route.storedHeaders);
-  return { status: error.getStatus(), headers, body: json };
 }
 
 interface RouteHeader {

@@ -16,8 +16,6 @@ export class HandlerInvokedAfterOutcomeError extends Error {
 }
 
 const currentWork = new AsyncLocalStorage<HandlerWork>();
-/** The work whose handler the current code runs in (the handler's own code, and what it calls or leaves behind). */
-const handlerOf = new AsyncLocalStorage<HandlerWork>();
 const logger = new Logger('Idempotency');
 
 /**
@@ -34,8 +32,9 @@ export class HandlerWork {
 
   /**
    * @param runsObservablesToCompletion An Observable handler keeps running when the pipeline unsubscribes from it
-   *   (a timeout), as a promise would: true for routes whose outcome is stored; false for streams (SSE), which a
-   *   client that leaves must stop.
+   *   before it has given a value (a timeout), as a promise would: true for routes whose outcome is stored; false
+   *   for streams (SSE), which a client that leaves must stop. Once it has given a value, unsubscribing (`take(1)`)
+   *   stops it either way.
    */
   constructor(private readonly runsObservablesToCompletion: boolean) {}
 
@@ -61,11 +60,6 @@ export class HandlerWork {
   /** How the latest invocation ended; `undefined` when the handler was never invoked (a pipe or guard refused). */
   get settlement(): HandlerSettlement | undefined {
     return this.last;
-  }
-
-  /** Whether the code running now is this work's handler (it writes its own response, say), not the pipeline around it. */
-  get isCurrentHandler(): boolean {
-    return handlerOf.getStore() === this;
   }
 
   /** Resolves once no invocation is running. */
@@ -98,7 +92,7 @@ export class HandlerWork {
     let result: unknown;
     try {
       // Inside the handler there is no work: what it calls, now or in tasks it leaves behind, runs plainly.
-      result = currentWork.exit(() => handlerOf.run(this, call));
+      result = currentWork.exit(call);
     } catch (reason) {
       this.last = { status: 'rejected', reason };
       throw reason;
@@ -120,6 +114,7 @@ export class HandlerWork {
     return new Observable((subscriber) => {
       this.start();
       let value: unknown;
+      let gaveValue = false;
       let ended = false;
       const end = (settlement: HandlerSettlement) => {
         if (ended) return;
@@ -132,6 +127,7 @@ export class HandlerWork {
       const subscription = source.subscribe({
         next: (next) => {
           value = next;
+          gaveValue = true;
           results.next(next);
         },
         error: (reason: unknown) => {
@@ -145,9 +141,9 @@ export class HandlerWork {
       });
       return () => {
         downstream.unsubscribe();
-        if (this.runsObservablesToCompletion) return;
+        if (this.runsObservablesToCompletion && !gaveValue) return;
         subscription.unsubscribe();
-        end({ status: 'cancelled' });
+        end(gaveValue ? { status: 'fulfilled', value } : { status: 'cancelled' });
       };
     });
   }

@@ -1,3 +1,4 @@
+import { isUtf8 } from 'node:buffer';
 import type { ServerResponse } from 'node:http';
 import {
   type CallHandler,
@@ -17,8 +18,8 @@ import {
   SSE_METADATA,
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
-import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout } from 'rxjs';
+import { type AbstractHttpAdapter, HttpAdapterHost, Reflector } from '@nestjs/core';
+import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
 import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
@@ -37,7 +38,7 @@ import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
-import { isSerializableBody, responseForError, responseForValue } from './handler-outcome.js';
+import { isSerializableBody, responseForValue } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
@@ -45,6 +46,34 @@ type PipelineEnd =
   | { status: 'completed'; value: unknown; /** The handler's own invocation was still running then (a fallback value). */ whileHandlerRan: boolean }
   | { status: 'errored'; error: unknown; whileHandlerRan: boolean }
   | { status: 'unsubscribed' };
+
+/** Responses Nest is writing right now through its platform's `reply`: a handler's value, an exception filter's answer. */
+const nestReplying = new WeakSet<object>();
+const REPLIES_TRACKED = Symbol('idempotency.repliesTracked');
+
+/** Marks the responses Nest writes, so that a response a handler writes itself (passthrough) is told apart. */
+function trackNestReplies(adapter: AbstractHttpAdapter & { [REPLIES_TRACKED]?: true }): void {
+  if (adapter[REPLIES_TRACKED]) return;
+  adapter[REPLIES_TRACKED] = true;
+  const reply = adapter.reply;
+  adapter.reply = function replyTracked(this: AbstractHttpAdapter, response: object, ...rest: unknown[]) {
+    nestReplying.add(response);
+    try {
+      return (reply as (...args: unknown[]) => unknown).call(this, response, ...rest);
+    } finally {
+      nestReplying.delete(response);
+    }
+  };
+}
+
+/**
+ * A timeout's answer (408, 504) to a handler that has given its value: the interceptors inside were still at work
+ * on it. Any other error after the handler's value (an interceptor that turns `null` into a 404) is the outcome.
+ */
+function isTimeoutAfterWork(error: unknown, work: HandlerWork): boolean {
+  const status = error instanceof HttpException ? error.getStatus() : undefined;
+  return work.settlement?.status === 'fulfilled' && (error instanceof TimeoutError || status === 408 || status === 504);
+}
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 interface RoutePlan {
@@ -76,6 +105,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     const plan = context.getType() === 'http' ? this.planFor(context) : null;
     if (!plan) return next.handle();
+    trackNestReplies(this.adapterHost.httpAdapter);
     const request = context.switchToHttp().getRequest<HttpRequest>();
     if (PASS_THROUGH_METHODS.has(request.method)) return next.handle();
     const { policy } = plan;
@@ -97,7 +127,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
     });
     if (decision.action === 'replay') {
       sendReplay(response, decision.response, policy.replayHeaderName);
-      return of(undefined);
+      // What interceptors outside this one see; what Nest then sends for it is ignored.
+      const { body } = decision.response;
+      return of(isUtf8(body) ? body.toString('utf8') : body);
     }
 
     const { run } = decision;
@@ -120,12 +152,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
           return undefined;
         }
       };
-      // An answer that is not the handler's (a timeout interceptor, inside or outside this one, answered while the
-      // handler or the interceptors inside still worked) goes out at once, and the claim (and its transaction) is
-      // held until the handler is done; its own outcome is then what a retry gets.
+      // An answer Nest sends for the handler while it or the interceptors inside still work (a timeout
+      // interceptor, inside or outside this one, answered for it) goes out at once, and the claim (and its
+      // transaction) is held until the handler is done; its own outcome is then what a retry gets. A response
+      // the handler writes itself (passthrough), outside Nest's reply, is its own answer.
       const answeredForHandler =
-        pipeline === undefined || work.busy || (pipeline.status === 'errored' && work.settlement?.status === 'fulfilled');
-      if (plan.storable && !work.isCurrentHandler && answeredForHandler) {
+        pipeline === undefined || work.busy || (pipeline.status === 'errored' && isTimeoutAfterWork(pipeline.error, work));
+      const writtenByHandler = sent !== undefined && !nestReplying.has(response);
+      if (plan.storable && !writtenByHandler && answeredForHandler) {
         const pipelineRun = () => IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle()));
         const route = { context, method: request.method, policy, answered: sent };
         void workDone.then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, route)).then(conclude);
@@ -166,8 +200,9 @@ export class IdempotencyInterceptor implements NestInterceptor {
    * as the pipeline makes it: as it came out of the pipeline when the pipeline ended after the handler (a timeout
    * outside this interceptor); otherwise (a timeout inside, or a fallback value it answered with) by running the
    * pipeline inside this interceptor again on the handler's value (the handler is not called again), so that the
-   * interceptors there (a serializer, say) shape it as they would have. When that cannot be done (the re-run
-   * failed, the handler threw), `outcomeUnshaped` decides.
+   * interceptors there (a serializer, say) shape it as they would have. When it cannot be known that way (the
+   * handler threw, and the application's exception filters did not render its error; the re-run failed; the value
+   * cannot be stored), the answer the client got stands: stored when final, else released (and rolled back).
    */
   private async outcomeOfWork(
     pipeline: PipelineEnd,
@@ -175,49 +210,26 @@ export class IdempotencyInterceptor implements NestInterceptor {
     pipelineRun: () => Observable<unknown>,
     route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy; answered: SentResponse | undefined },
   ): Promise<AttemptOutcome> {
-    const respond = (value: unknown) => responseForValue(value, this.responseMetadataOf(route));
-    if (pipeline.status === 'completed' && !pipeline.whileHandlerRan) {
-      const response = respond(pipeline.value);
-      if (response) return { response, failed: false };
-    } else if (work.settlement?.status === 'fulfilled') {
+    const { context, method, policy, answered } = route;
+    const asAnswered = { response: answered?.storable ? answered.response : undefined, failed: true };
+    let value: unknown;
+    if (pipeline.status === 'completed' && !pipeline.whileHandlerRan) value = pipeline.value;
+    else if (work.settlement?.status === 'fulfilled') {
       work.replay(work.settlement.value);
       try {
         // Bounded: the inner pipeline answers at once with a value it is given, unless it is stuck.
-        const value = await lastValueFrom(pipelineRun().pipe(timeout(route.policy.storeTimeoutSeconds * 1000)), { defaultValue: undefined });
-        const response = respond(value);
-        if (response) return { response, failed: false };
+        value = await lastValueFrom(pipelineRun().pipe(timeout(policy.storeTimeoutSeconds * 1000)), { defaultValue: undefined });
       } catch {
-        // the inner pipeline failed on the handler's value (a slow interceptor timed out again, say)
+        return asAnswered;
       }
-    }
-    return this.outcomeUnshaped(work, route);
-  }
-
-  /**
-   * The outcome of a handler whose answer the pipeline could not shape, decided so that nothing runs twice. In
-   * transactional mode its writes roll back, so the answer the client got stands (stored when final, released
-   * otherwise, and then a retry runs on a clean slate). In standard mode its writes have committed, so its own
-   * outcome is stored as Nest would send it by default (its value, or its `HttpException`), rather than released
-   * for a second run.
-   */
-  private outcomeUnshaped(
-    work: HandlerWork,
-    route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy; answered: SentResponse | undefined },
-  ): AttemptOutcome {
-    const { answered, policy } = route;
-    const asAnswered = { response: answered?.storable ? answered.response : undefined, failed: true };
-    const settlement = work.settlement;
-    if (policy.transactional || !settlement || settlement.status === 'cancelled') return asAnswered;
-    if (settlement.status === 'fulfilled') {
-      const response = responseForValue(settlement.value, this.responseMetadataOf(route));
-      return response ? { response, failed: false } : asAnswered;
-    }
-    const error = settlement.reason;
-    return error instanceof HttpException ? { response: responseForError(error, this.responseMetadataOf(route)), failed: true } : asAnswered;
-  }
-
-  private responseMetadataOf({ context, method, policy }: { context: ExecutionContext; method: string; policy: IdempotencyPolicy }) {
-    return { handler: context.getHandler(), method, storedHeaders: policy.storedResponseHeaders, maxBodyBytes: policy.maxStoredBodyBytes };
+    } else return asAnswered;
+    const response = responseForValue(value, {
+      handler: context.getHandler(),
+      method,
+      storedHeaders: policy.storedResponseHeaders,
+      maxBodyBytes: policy.maxStoredBodyBytes,
+    });
+    return response ? { response, failed: false } : asAnswered;
   }
 
   /**

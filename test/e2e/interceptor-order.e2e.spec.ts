@@ -1,8 +1,10 @@
 import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import {
   type CallHandler,
   Controller,
   type ExecutionContext,
+  HttpException,
   type INestApplication,
   Injectable,
   type NestInterceptor,
@@ -15,11 +17,12 @@ import { APP_INTERCEPTOR } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { Request, Response } from 'express';
-import { catchError, from, map, mergeMap, of, throwError, timeout, TimeoutError } from 'rxjs';
+import { catchError, from, interval, map, mergeMap, of, take, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { Gate, GateQueue } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -49,9 +52,30 @@ const InnerTimeout = armedBy('x-timeout-ms', timingOut);
 const OuterTimeout = armedBy('x-outer-timeout-ms', timingOut);
 /** A timeout that answers "still processing" with a fallback value instead of an error. */
 const FallbackTimeout = armedBy('x-fallback-ms', (next, ms) => next.handle().pipe(timeout({ first: Number(ms), with: () => of({ pending: true }) })));
-/** Slow work after the handler (an audit write, an enrichment call): it waits at a gate of its own. */
+/** Slow work after the handler (an audit write, an enrichment call): the first pass waits at a gate of its own. */
 const afterGate = { current: undefined as Gate | undefined };
-const SlowAfter = armedBy('x-slow-after', (next) => next.handle().pipe(mergeMap((value) => from((afterGate.current?.pass() ?? Promise.resolve()).then(() => value)))));
+const passAfterGate = () => {
+  const gate = afterGate.current;
+  afterGate.current = undefined;
+  return gate?.pass() ?? Promise.resolve();
+};
+const SlowAfter = armedBy('x-slow-after', (next) => next.handle().pipe(mergeMap((value) => from(passAfterGate().then(() => value)))));
+/** Turns a declined value into a 402, as a `NotFoundInterceptor` turns `null` into a 404. */
+const DeclineToError = armedBy('x-decline', (next) =>
+  next.handle().pipe(map((value: { declined?: boolean }) => {
+    if (value.declined) throw new HttpException({ error: 'card_declined' }, 402);
+    return value;
+  })),
+);
+/** Inside the module's: takes only the first value of an Observable handler. */
+const FirstValue = armedBy('x-first-value', (next) => next.handle().pipe(take(1)));
+/** Outside the module's: refuses a missing value, as interceptors that read it may. */
+const RequireValue = armedBy('x-require-value', (next) =>
+  next.handle().pipe(map((value: unknown) => {
+    if (value === undefined) throw new Error('no value');
+    return value;
+  })),
+);
 /** Outside the module's: wraps every value as `{ data }`, like the docs' `TransformInterceptor`. */
 const OuterWrap = armedBy('x-wrap', (next) => next.handle().pipe(map((data: unknown) => ({ data }))));
 
@@ -86,14 +110,47 @@ class OrderController {
     return value;
   }
 
+  @Post('declined')
+  @Idempotent()
+  async declined() {
+    const { id } = await this.insert(this.dataSource.manager);
+    return { id, declined: true };
+  }
+
+  /** Answers from an event listener, outside its own async context, as handlers wrapping callback APIs do. */
+  @Post('answers-from-listener')
+  @Idempotent()
+  async answersFromListener(@Res({ passthrough: true }) res: Response) {
+    const { id } = await this.insert(this.dataSource.manager);
+    await new Promise<void>((resolve) =>
+      ticker.once('tick', () => {
+        res.status(200).json({ charged: id });
+        resolve();
+      }),
+    );
+  }
+
+  /** An endless Observable whose first value is the answer. */
+  @Post('ticks')
+  @Idempotent()
+  ticks() {
+    return interval(10).pipe(map((tick) => ({ tick, calls: (ticking.calls += tick === 0 ? 1 : 0), emitted: (ticking.emitted += 1) })));
+  }
+
   private async insert(manager: DataSource['manager']) {
     const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
     return { id: id as number };
   }
 }
 
+const ticking = { calls: 0, emitted: 0 };
+/** Events from outside any request (a message bus, a driver's callbacks): listeners run in its async context. */
+const ticker = new EventEmitter();
+const ticks = setInterval(() => ticker.emit('tick'), 5);
+
 let db: TestDatabase;
 let app: INestApplication;
+const logger = new RecordingLogger();
 let url: string;
 
 beforeAll(async () => {
@@ -109,15 +166,17 @@ beforeAll(async () => {
     providers: [
       { provide: APP_INTERCEPTOR, useClass: OuterWrap },
       { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
+      { provide: APP_INTERCEPTOR, useClass: RequireValue },
     ],
   }).compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger: false });
-  app.useGlobalInterceptors(new InnerTimeout(), new FallbackTimeout(), new SlowAfter());
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
+  app.useGlobalInterceptors(new InnerTimeout(), new FallbackTimeout(), new SlowAfter(), new DeclineToError(), new FirstValue());
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
 });
 
 afterAll(async () => {
+  clearInterval(ticks);
   gates.releaseAll();
   afterGate.current?.release();
   await app?.close();
@@ -154,29 +213,61 @@ describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
   });
 });
 
-describe('slow work after the handler, inside a timeout', () => {
-  it('standard mode: the handler ran and committed, so its own value is stored (a retry never runs it again)', async () => {
+describe.each(['standard', 'transactional'] as const)('slow work after the handler, inside a timeout, %s mode', (mode) => {
+  it('the timeout is not the outcome of a handler that gave its value: the value, as the inner pipeline shapes it, is stored', async () => {
     const key = randomUUID();
     afterGate.current = new Gate();
-    await post('/order/standard', key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
-    await afterGate.current.reached;
+    const reached = afterGate.current.reached;
+    await post(`/order/${mode}`, key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
+    await reached;
     await completed(key);
-    afterGate.current.release();
     const [row] = await rowsOf(key);
-    await expect(post('/order/standard', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+    await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
     await expect(rowsOf(key)).resolves.toHaveLength(1);
   });
+});
 
-  it('transactional mode: the pipeline cannot shape the value, so the handler\'s writes roll back and the key is released', async () => {
+describe('answers that are the outcome', () => {
+  it('an interceptor inside that turns the handler\'s value into an error (402): that error is stored and replayed', async () => {
     const key = randomUUID();
-    afterGate.current = new Gate();
-    await post('/order/transactional', key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
-    await afterGate.current.reached;
-    await waitFor(async () => ((await statusOf(key)) === undefined ? true : undefined), 'the claim to be released');
-    afterGate.current.release();
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    await post('/order/transactional', key).expect(201);
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
+    const first = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
+    expect(first.body).toEqual({ error: 'card_declined' });
+    const replay = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.text).toBe(first.text);
+  });
+
+  it('a passthrough handler that answers from an event listener: its own answer is stored', async () => {
+    const key = randomUUID();
+    const first = await post('/order/answers-from-listener', key).expect(200);
+    await completed(key);
+    const replay = await post('/order/answers-from-listener', key).expect(200);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.text).toBe(first.text);
+  });
+
+  it('an endless Observable handler whose first value an interceptor takes: that value is stored and the Observable stops', async () => {
+    const key = randomUUID();
+    const callsBefore = ticking.calls;
+    const first = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
+    expect(first.body).toMatchObject({ tick: 0 });
+    await completed(key);
+    const emitted = ticking.emitted;
+    const replay = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
+    expect(replay.text).toBe(first.text);
+    expect(ticking.calls).toBe(callsBefore + 1);
+    // Another tick would have been emitted in 10 ms; none is, long after.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    expect(ticking.emitted).toBe(emitted);
+  });
+
+  it('a replay gives interceptors outside the module\'s its body as their value: none of them fails on it', async () => {
+    const key = randomUUID();
+    const errorsBefore = logger.errors.length;
+    const first = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
+    const replay = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
+    expect(replay.text).toBe(first.text);
+    expect(logger.errors.slice(errorsBefore)).toEqual([]);
   });
 });
 
