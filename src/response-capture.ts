@@ -142,11 +142,17 @@ export function sendSealed(res: ServerResponse, response: StoredResponse): void 
   sealHeaders(res);
 }
 
-/** Later writes and ends do nothing, as for a response that has ended. */
+/**
+ * Later writes and ends do nothing, as for a response that has ended. Express's `send` and `json` (through which
+ * Nest sends a value) are skipped whole, so that nothing is serialized or hashed for an answer that is not sent.
+ */
 function silenceWrites(res: ServerResponse): void {
   res.write = (() => false) as ServerResponse['write'];
   res.end = (() => res) as ServerResponse['end'];
   res.writeHead = (() => res) as unknown as ServerResponse['writeHead'];
+  const express = res as ServerResponse & { send?: unknown; json?: unknown };
+  if (typeof express.send === 'function') express.send = () => res;
+  if (typeof express.json === 'function') express.json = () => res;
 }
 
 /**
