@@ -95,6 +95,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   /** Transactions cut under their running handlers (past maxHoldSeconds): nothing of them can commit. */
   private readonly cutTransactions = new WeakSet<StoreTransaction>();
   private shuttingDown = false;
+  /** Attempts whose claim is made and whose run is being started (waiting for a transaction slot, say). */
+  private starting = 0;
   /** Resolves the shutdown's wait once the last running attempt has finished. */
   private drained?: () => void;
 
@@ -151,7 +153,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
 
   /** Attempts whose outcome is still to be written (abandoned ones have none). */
   private activeAttempts(): number {
-    let count = 0;
+    let count = this.starting;
     for (const attempt of this.running.values()) if (!attempt.abandoned) count += 1;
     return count;
   }
@@ -216,16 +218,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       });
       if (result.claimed) {
         waiting?.cancel();
-        const run = await this.startRun(claim, result.takeover, policy);
-        if (this.shuttingDown) {
-          // Claimed (or given its transaction) while shutdown began: give it back rather than start work that the
-          // shutdown would not wait for.
-          await this.finish(run, { response: undefined, failed: true }, policy);
-          throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
-        }
-        this.claimsOf.set(run, { fingerprint, since });
-        this.running.set(run, { policy, abandoned: false, finishing: false });
-        return { action: 'run', run };
+        return { action: 'run', run: await this.startAttempt(claim, result.takeover, { fingerprint, since }, policy) };
       }
       const { existing } = result;
       if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
@@ -240,6 +233,32 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds);
       if (await this.awaitOutcome(scope, policy, waiting.cancel)) await waiting.changed;
       else waiting.cancel(); // completed, released or lapsed meanwhile: claim again at once
+    }
+  }
+
+  /**
+   * Starts the run of a claim: its transaction (if any) and its lease. Counted by shutdown while it waits for its
+   * transaction slot, so that the drain waits for it too; one that shutdown began meanwhile is given back.
+   */
+  private async startAttempt(
+    claim: IdempotencyClaim,
+    takeover: boolean,
+    request: { fingerprint: string; since: Instant },
+    policy: IdempotencyPolicy,
+  ): Promise<IdempotencyRun> {
+    this.starting += 1;
+    try {
+      const run = await this.startRun(claim, takeover, policy);
+      if (this.shuttingDown) {
+        await this.finish(run, { response: undefined, failed: true }, policy);
+        throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      }
+      this.claimsOf.set(run, request);
+      this.running.set(run, { policy, abandoned: false, finishing: false });
+      return run;
+    } finally {
+      this.starting -= 1;
+      if (this.activeAttempts() === 0) this.drained?.();
     }
   }
 

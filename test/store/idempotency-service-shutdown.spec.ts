@@ -13,13 +13,22 @@ import {
   IdempotencyShuttingDownError,
   PostgresIdempotencyStore,
   type IdempotencyScope,
+  type StoreTransaction,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
-/** The real store, whose next claim, once committed, waits at a gate before it answers. */
+/** The real store, whose next claim (once committed), or next transaction, waits at a gate before it answers. */
 class GatedClaimStore extends PostgresIdempotencyStore {
   gate?: Gate;
+  transactionGate?: Gate;
+
+  override async beginTransaction(timeoutMs?: number): Promise<StoreTransaction> {
+    const gate = this.transactionGate;
+    this.transactionGate = undefined;
+    await gate?.pass();
+    return super.beginTransaction(timeoutMs);
+  }
 
   override async claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult> {
     const result = await super.claim(scope, fingerprint, attempt, timing);
@@ -69,5 +78,39 @@ describe('shutdown while a claim is on its way', () => {
     await expect(executing).resolves.toBeInstanceOf(IdempotencyShuttingDownError);
     expect(runs).toBe(0);
     await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([]);
+  });
+});
+
+describe('shutdown while an attempt waits for its transaction', () => {
+  it('waits for it, and it is given back (rolled back, released) before shutdown completes', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
+        IdempotencyModule.forRoot({ singleTenant: true }),
+      ],
+    })
+      .overrideProvider(IDEMPOTENCY_STORE)
+      .useFactory({ factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'), inject: [DataSource] })
+      .compile();
+    const app = await moduleRef.init();
+    try {
+      const store = app.get<GatedClaimStore>(IDEMPOTENCY_STORE);
+      const service = app.get(IdempotencyService);
+      const gate = (store.transactionGate = new Gate());
+      const key = randomUUID();
+      const events: string[] = [];
+      const executing = service
+        .execute({ name: 'payout', key }, async () => 'ran', { transactional: true })
+        .catch((error: unknown) => error)
+        .then((outcome) => events.push(outcome instanceof IdempotencyShuttingDownError ? 'refused' : String(outcome)));
+      await gate.reached;
+      const shutdown = service.beforeApplicationShutdown().then(() => events.push('shut down'));
+      gate.release();
+      await Promise.all([executing, shutdown]);
+      expect(events).toEqual(['refused', 'shut down']);
+      await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([]);
+    } finally {
+      await app.close();
+    }
   });
 });
