@@ -16,6 +16,8 @@ export class HandlerInvokedAfterOutcomeError extends Error {
 }
 
 const currentWork = new AsyncLocalStorage<HandlerWork>();
+/** The work whose handler the current code runs in (the handler's own code, and what it calls or leaves behind). */
+const handlerOf = new AsyncLocalStorage<HandlerWork>();
 const logger = new Logger('Idempotency');
 
 /**
@@ -29,12 +31,12 @@ export class HandlerWork {
   private replayed?: { value: unknown };
   private last?: HandlerSettlement;
   private idleWaiters: Array<() => void> = [];
+  private readonly keptAlive = new Set<() => void>();
 
   /**
    * @param runsObservablesToCompletion An Observable handler keeps running when the pipeline unsubscribes from it
-   *   before it has given a value (a timeout), as a promise would: true for routes whose outcome is stored; false
-   *   for streams (SSE), which a client that leaves must stop. Once it has given a value, unsubscribing (`take(1)`)
-   *   stops it either way.
+   *   (a timeout), as a promise would, until it completes or the pipeline completes without it: true for routes
+   *   whose outcome is stored; false for streams (SSE), which a client that leaves must stop.
    */
   constructor(private readonly runsObservablesToCompletion: boolean) {}
 
@@ -60,6 +62,19 @@ export class HandlerWork {
   /** How the latest invocation ended; `undefined` when the handler was never invoked (a pipe or guard refused). */
   get settlement(): HandlerSettlement | undefined {
     return this.last;
+  }
+
+  /** Whether the code running now is this work's handler (it writes its own response, say), not the pipeline around it. */
+  get isCurrentHandler(): boolean {
+    return handlerOf.getStore() === this;
+  }
+
+  /**
+   * The pipeline has completed (an interceptor took the value it needed, `take(1)`): Observable handlers kept
+   * running after it unsubscribed are stopped, their last value their outcome.
+   */
+  pipelineCompleted(): void {
+    for (const stop of [...this.keptAlive]) stop();
   }
 
   /** Resolves once no invocation is running. */
@@ -92,7 +107,7 @@ export class HandlerWork {
     let result: unknown;
     try {
       // Inside the handler there is no work: what it calls, now or in tasks it leaves behind, runs plainly.
-      result = currentWork.exit(call);
+      result = currentWork.exit(() => handlerOf.run(this, call));
     } catch (reason) {
       this.last = { status: 'rejected', reason };
       throw reason;
@@ -119,7 +134,12 @@ export class HandlerWork {
       const end = (settlement: HandlerSettlement) => {
         if (ended) return;
         ended = true;
+        this.keptAlive.delete(stop);
         this.end(settlement);
+      };
+      const stop = () => {
+        subscription.unsubscribe();
+        end(gaveValue ? { status: 'fulfilled', value } : { status: 'cancelled' });
       };
       // The source feeds a subject of its own, so that the pipeline may unsubscribe without stopping it.
       const results = new Subject<unknown>();
@@ -141,9 +161,9 @@ export class HandlerWork {
       });
       return () => {
         downstream.unsubscribe();
-        if (this.runsObservablesToCompletion && !gaveValue) return;
-        subscription.unsubscribe();
-        end(gaveValue ? { status: 'fulfilled', value } : { status: 'cancelled' });
+        if (ended) return;
+        if (this.runsObservablesToCompletion) this.keptAlive.add(stop);
+        else stop();
       };
     });
   }

@@ -158,7 +158,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       // the handler writes itself (passthrough), outside Nest's reply, is its own answer.
       const answeredForHandler =
         pipeline === undefined || work.busy || (pipeline.status === 'errored' && isTimeoutAfterWork(pipeline.error, work));
-      const writtenByHandler = sent !== undefined && !nestReplying.has(response);
+      // Only a handler that takes its response (passthrough) writes it: from its own code, or from a callback of
+      // its that Nest's reply is not behind, before the pipeline has ended (after, it is an exception filter).
+      const writtenByHandler =
+        plan.passthrough && sent !== undefined && (work.isCurrentHandler || (!nestReplying.has(response) && pipeline === undefined));
       if (plan.storable && !writtenByHandler && answeredForHandler) {
         const pipelineRun = () => IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle()));
         const route = { context, method: request.method, policy, answered: sent };
@@ -182,7 +185,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
       tap({
         next: (value) => (last = value),
         error: (error: unknown) => (pipeline = { status: 'errored', error, whileHandlerRan: work.busy }),
-        complete: () => (pipeline = { status: 'completed', value: last, whileHandlerRan: work.busy }),
+        complete: () => {
+          pipeline = { status: 'completed', value: last, whileHandlerRan: work.busy };
+          work.pipelineCompleted();
+        },
       }),
       finalize(() => {
         pipeline ??= { status: 'unsubscribed' };

@@ -1,8 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import {
+  type ArgumentsHost,
   type CallHandler,
+  Catch,
   Controller,
+  type ExceptionFilter,
   type ExecutionContext,
   HttpException,
   type INestApplication,
@@ -12,12 +15,13 @@ import {
   Req,
   RequestTimeoutException,
   Res,
+  UseFilters,
 } from '@nestjs/common';
-import { APP_INTERCEPTOR } from '@nestjs/core';
+import { APP_INTERCEPTOR, HttpAdapterHost } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { Request, Response } from 'express';
-import { catchError, from, interval, map, mergeMap, of, take, throwError, timeout, TimeoutError } from 'rxjs';
+import { catchError, concat, from, interval, map, mergeMap, of, take, throwError, timeout, TimeoutError, timer } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
@@ -79,11 +83,20 @@ const RequireValue = armedBy('x-require-value', (next) =>
 /** Outside the module's: wraps every value as `{ data }`, like the docs' `TransformInterceptor`. */
 const OuterWrap = armedBy('x-wrap', (next) => next.handle().pipe(map((data: unknown) => ({ data }))));
 
+@Catch(HttpException)
+class DocsExceptionFilter implements ExceptionFilter {
+  catch(exception: HttpException, host: ArgumentsHost) {
+    const status = exception.getStatus();
+    host.switchToHttp().getResponse<Response>().status(status).json({ statusCode: status, path: 'filtered' });
+  }
+}
+
 @Controller('order')
 class OrderController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
     private readonly context: IdempotencyContext,
+    private readonly adapterHost: HttpAdapterHost,
   ) {}
 
   @Post('standard')
@@ -135,6 +148,33 @@ class OrderController {
   @Idempotent()
   ticks() {
     return interval(10).pipe(map((tick) => ({ tick, calls: (ticking.calls += tick === 0 ? 1 : 0), emitted: (ticking.emitted += 1) })));
+  }
+
+  /** Errors are answered by a filter written as Nest's docs show it (`response.status().json()`, not Nest's reply). */
+  @Post('own-filter')
+  @Idempotent()
+  @UseFilters(DocsExceptionFilter)
+  async ownFilter(@Req() req: Request) {
+    await gates.pass(req);
+    return this.insert(this.dataSource.manager);
+  }
+
+  /** Answers through the platform adapter itself, as some libraries do. */
+  @Post('answers-through-adapter')
+  @Idempotent()
+  async answersThroughAdapter(@Res({ passthrough: true }) res: Response) {
+    const { id } = await this.insert(this.dataSource.manager);
+    this.adapterHost.httpAdapter.reply(res, { charged: id }, 200);
+  }
+
+  /** Gives a first value at once, then does its work and gives its last value: Nest sends the last one. */
+  @Post('stages')
+  @Idempotent()
+  stages() {
+    return concat(
+      of({ stage: 'accepted' }),
+      timer(50).pipe(mergeMap(() => from(this.insert(this.dataSource.manager)).pipe(map(({ id }) => ({ stage: 'done', id }))))),
+    );
   }
 
   private async insert(manager: DataSource['manager']) {
@@ -268,6 +308,39 @@ describe('answers that are the outcome', () => {
     const replay = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
     expect(replay.text).toBe(first.text);
     expect(logger.errors.slice(errorsBefore)).toEqual([]);
+  });
+});
+
+describe('answers that are not the handler\'s', () => {
+  it('a timeout answered by an exception filter of the docs\' kind goes out at once; the handler\'s value is stored', async () => {
+    const key = randomUUID();
+    const gate = gates.holdNext();
+    const timedOut = await post('/order/own-filter', key).set('x-timeout-ms', '100').expect(408);
+    expect(timedOut.body).toEqual({ statusCode: 408, path: 'filtered' });
+    await gate.reached;
+    await post('/order/own-filter', key).expect(409);
+    gate.release();
+    await completed(key);
+    const [row] = await rowsOf(key);
+    await expect(post('/order/own-filter', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it('a handler that answers through the platform adapter itself: its answer is stored', async () => {
+    const key = randomUUID();
+    const first = await post('/order/answers-through-adapter', key).expect(200);
+    const replay = await post('/order/answers-through-adapter', key).expect(200);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.text).toBe(first.text);
+  });
+
+  it('an Observable handler timed out after its first value: its last value, once its work is done, is stored', async () => {
+    const key = randomUUID();
+    await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
+    await completed(key);
+    const [row] = await rowsOf(key);
+    await expect(post('/order/stages', key).expect(201)).resolves.toMatchObject({ body: { stage: 'done', id: row.id } });
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
   });
 });
 
