@@ -8,6 +8,7 @@ import {
   Injectable,
   Logger,
   type NestInterceptor,
+  type OnApplicationBootstrap,
   type Type,
 } from '@nestjs/common';
 import {
@@ -89,7 +90,7 @@ interface RoutePlan {
  * captures the response.
  */
 @Injectable()
-export class IdempotencyInterceptor implements NestInterceptor {
+export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBootstrap {
   private readonly logger = new Logger('Idempotency');
   /** Per controller class, then per handler: an inherited handler is shared by the classes that inherit it. */
   private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
@@ -102,10 +103,14 @@ export class IdempotencyInterceptor implements NestInterceptor {
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
   ) {}
 
+  /** The HTTP adapter exists once the application is bootstrapped (none in an application context without HTTP). */
+  onApplicationBootstrap(): void {
+    if (this.adapterHost.httpAdapter) trackNestReplies(this.adapterHost.httpAdapter);
+  }
+
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     const plan = context.getType() === 'http' ? this.planFor(context) : null;
     if (!plan) return next.handle();
-    trackNestReplies(this.adapterHost.httpAdapter);
     const request = context.switchToHttp().getRequest<HttpRequest>();
     if (PASS_THROUGH_METHODS.has(request.method)) return next.handle();
     const { policy } = plan;

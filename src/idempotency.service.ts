@@ -91,6 +91,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
   private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: Instant }>();
   private purgeTimer?: NodeJS.Timeout;
+  private readonly shutdownTimeoutSeconds: number;
   private readonly running = new Map<IdempotencyRun, RunningAttempt>();
   /** Transactions cut under their running handlers (past maxHoldSeconds): nothing of them can commit. */
   private readonly cutTransactions = new WeakSet<StoreTransaction>();
@@ -108,7 +109,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     checkTenancy(options);
     this.purge = resolvePurgeSettings(options);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
-    resolveShutdownTimeout(options);
+    this.shutdownTimeoutSeconds = resolveShutdownTimeout(options);
   }
 
   onModuleInit(): void {
@@ -184,10 +185,6 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     transaction.abandon();
     // Gives the (now cut) connection and its transaction slot back.
     await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
-  }
-
-  private get shutdownTimeoutSeconds(): number {
-    return resolveShutdownTimeout(this.options);
   }
 
   /**
@@ -428,7 +425,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
             'is no longer renewed, and a retry may take the key over once it lapses' +
             (run.transaction ? '; its transaction is cut (rolled back), so that its row locks do not block the retry.' : '.'),
         );
-        if (run.transaction) this.cutTransaction(run.transaction, policy);
+        if (run.transaction) void this.cutTransaction(run.transaction, policy);
         return;
       }
       renewing = true;

@@ -28,10 +28,11 @@ function trackRoutesOf(controller: Type, reflector: Reflector): void {
     for (const name of Object.getOwnPropertyNames(proto)) {
       if (name === 'constructor' || seen.has(name)) continue;
       seen.add(name);
-      const handler = Object.getOwnPropertyDescriptor(proto, name)?.value as Handler | undefined;
+      const descriptor = Object.getOwnPropertyDescriptor(proto, name);
+      const handler = descriptor?.value as Handler | undefined;
       if (typeof handler !== 'function' || Reflect.getMetadata(PATH_METADATA, handler) === undefined) continue;
       if (!reflector.getAll(IDEMPOTENT_METADATA, [handler, controller]).some(Boolean)) continue;
-      Object.defineProperty(own, name, { ...Object.getOwnPropertyDescriptor(proto, name), value: trackedHandler(handler) });
+      Object.defineProperty(own, name, { ...descriptor, value: trackedHandler(handler) });
     }
   }
 }

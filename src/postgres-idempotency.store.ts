@@ -427,7 +427,7 @@ class ChangeListener {
         });
         client.on('error', lost);
         client.on('end', lost);
-        await runner.query(`LISTEN "${this.channel.replace(/"/g, '""')}"`);
+        await runner.query(`LISTEN ${quoteIdentifier(this.channel)}`);
         return { runner, freeSlot };
       } catch (error) {
         freeSlot();
