@@ -32,7 +32,8 @@ export type {
 } from './idempotency-store.interface.js';
 export { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';
-export { CreateIdempotencyRecords, createIdempotencyRecordsMigration } from './idempotency-records.migration.js';
+export { IdempotencyMigrations, idempotencyMigrations } from './migrations/idempotency-migrations.js';
+export { IdempotencySetupError } from './idempotency-setup.error.js';
 export {
   IdempotencyBodyUnavailableError,
   IdempotencyError,

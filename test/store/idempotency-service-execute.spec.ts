@@ -3,7 +3,7 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
-  CreateIdempotencyRecords,
+  IdempotencyMigrations,
   IdempotencyContext,
   IdempotencyKeyReuseError,
   IdempotencyModule,
@@ -22,7 +22,7 @@ beforeAll(async () => {
   await db.query('CREATE TABLE payouts_made (key text PRIMARY KEY)');
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({ accountResolver: () => 'unused for operations' }),
     ],
   }).compile();
