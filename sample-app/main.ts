@@ -36,7 +36,7 @@ async function main(): Promise<void> {
   await app.listen(config.port);
   const address = app.getHttpServer().address();
   const port = typeof address === 'object' && address ? address.port : config.port;
-  console.log(`Charges sample app listening on port ${port} (database: ${embedded ? 'embedded PostgreSQL' : 'DATABASE_URL'})`);
+  console.log(`Charges sample app listening on port ${port} (database: ${embedded?.description ?? 'DATABASE_URL'})`);
 }
 
 main().catch((error: unknown) => {

@@ -17,6 +17,7 @@ import {
   PostgresIdempotencyStore,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -68,6 +69,7 @@ class FirstRenewalHangs extends PostgresIdempotencyStore {
 }
 
 let db: TestDatabase;
+const logger = new RecordingLogger();
 let app: INestApplication | undefined;
 let url: string;
 
@@ -107,8 +109,9 @@ async function startApp(poolSize: number, options: IdempotencyModuleOptions, Sto
   })
     .overrideProvider(IDEMPOTENCY_STORE)
     .useFactory({ factory: (dataSource: DataSource) => new Store(dataSource, 'idempotency_records'), inject: [getDataSourceToken()] })
+    .setLogger(logger)
     .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger: false });
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
   return app;
@@ -126,6 +129,10 @@ describe('lease renewals', () => {
     await expectHeldThroughout(db, key, 3 * leaseSeconds, () => post('held', key).expect(409));
     gate.release();
     expect((await first).status).toBe(201);
+    expect(logger.warnings).toContain(
+      `WARN [Idempotency] Renewing the lease of key "${key}" of POST /bounded/held failed: ` +
+        'Error: renewing the lease took longer than storeTimeoutSeconds (0.3 s)',
+    );
   });
 });
 
@@ -141,6 +148,10 @@ describe('a waiter when every pooled connection is taken', () => {
       expect(refused.status).toBe(503);
       expect(refused.body.error).toBe('idempotency_store_unavailable');
       expect(refused.headers['retry-after']).toBe('2');
+      expect(logger.errors).toContain(
+        `ERROR [Idempotency] Claiming key "${key}" of POST /bounded/wait failed; the request is refused with 503: ` +
+          'Error: claim took longer than storeTimeoutSeconds (1 s)',
+      );
     } finally {
       for (const client of taken) client.release();
     }
@@ -157,17 +168,24 @@ describe('a waiter when every pooled connection is taken', () => {
 describe('transactional handlers on a pool of five', () => {
   /**
    * Sends five transactional requests whose handlers wait at the gate, and resolves with how many entered once
-   * the others were refused (503) for want of a transaction slot.
+   * the others were refused (503) for want of a transaction slot, which is logged for each.
    */
   async function holdFive() {
-    let refused = 0;
-    const answers = Array.from({ length: 5 }, () =>
-      post('tx', randomUUID()).then((response) => {
-        if (response.status === 503 && response.body.error === 'idempotency_store_unavailable') refused += 1;
+    const refused: string[] = [];
+    const answers = Array.from({ length: 5 }, () => {
+      const key = randomUUID();
+      return post('tx', key).then((response) => {
+        if (response.status === 503 && response.body.error === 'idempotency_store_unavailable') refused.push(key);
         return response;
-      }),
-    );
-    await waitFor(async () => (entered + refused === 5 ? true : undefined), 'each request to enter its handler or be refused');
+      });
+    });
+    await waitFor(async () => (entered + refused.length === 5 ? true : undefined), 'each request to enter its handler or be refused');
+    for (const key of refused) {
+      expect(logger.errors).toContain(
+        `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /bounded/tx failed; the request is refused ` +
+          'with 503: Error: no connection slot became free within 1000 ms',
+      );
+    }
     return { running: entered, answers };
   }
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import type { PaymentProvider } from '../../sample-app/payment-provider.js';
-import { postCharge, startSampleApp } from '../support/sample-app.js';
+import { postCharge, sampleAppLogger, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /** Counts the charges that reach the provider: none may while no claim can be made. */
@@ -23,7 +23,7 @@ const provider = new CountingPaymentProvider();
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  app = await startSampleApp({ databaseUrl: db.url }, { paymentProvider: provider, logger: false });
+  app = await startSampleApp({ databaseUrl: db.url }, { paymentProvider: provider });
   await postCharge(app.url, { amount: 100, currency: 'eur' }, randomUUID()).expect(201);
   expect(provider.calls).toBe(1);
   // The database disappears under the running app.
@@ -36,10 +36,15 @@ afterAll(async () => {
 
 describe('when the database is gone', () => {
   it('refuses an idempotent request with 503 idempotency_store_unavailable and Retry-After, never running the handler', async () => {
-    const response = await postCharge(app.url, { amount: 100, currency: 'eur' }, randomUUID()).expect(503);
+    const key = randomUUID();
+    const response = await postCharge(app.url, { amount: 100, currency: 'eur' }, key).expect(503);
     expect(response.headers['retry-after']).toBe('2');
     expect(response.body).toMatchObject({ statusCode: 503, error: 'idempotency_store_unavailable' });
     expect(provider.calls).toBe(1);
+    expect(sampleAppLogger.errors).toContain(
+      `ERROR [Idempotency] Claiming key "${key}" of POST /v1/charges failed; the request is refused with 503: ` +
+        `error: database "${new URL(db.url).pathname.slice(1)}" does not exist`,
+    );
   });
 
   it('reports itself unhealthy', async () => {

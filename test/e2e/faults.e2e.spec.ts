@@ -157,7 +157,9 @@ beforeAll(async () => {
     ],
     controllers: [TransactionalController, StandardController],
     providers: [{ provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor }],
-  }).compile();
+  })
+    .setLogger(logger)
+    .compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
@@ -330,7 +332,11 @@ describe('leases', () => {
     await expect(rowsOf(key)).resolves.toEqual([{ id: taker.body.id }]);
     const replay = await post('/tx/hung', key).expect(201);
     expect(replay.body).toEqual(taker.body);
-    expect(logger.warnings.some((warning) => warning.includes('maxHoldSeconds'))).toBe(true);
+    expect(logger.warnings).toContain(
+      `WARN [Idempotency] The handler of key "${key}" of POST /tx/hung has run past maxHoldSeconds (1 s): its lease is no ` +
+        'longer renewed, and a retry may take the key over once it lapses; its transaction is cut (rolled back), so that ' +
+        'its row locks do not block the retry.',
+    );
   });
 
   it('fence off a hung attempt in standard mode too: it answers 409, not its own unstored answer', async () => {
@@ -383,7 +389,10 @@ describe('when the database goes away', () => {
     proxy.takeDown();
     gate.release();
     expect((await first).status).toBe(201);
-    await waitFor(async () => (logger.errors.some((error) => error.includes('Gave up finalizing') && error.includes(key)) ? true : undefined), 'the finalize to give up');
+    const gaveUp =
+      `ERROR [Idempotency] Gave up finalizing key "${key}" of POST /std/write after 3 retries (Error: Connection terminated ` +
+      'unexpectedly). The key stays in progress: retries get 409 until its lease lapses, then the first one runs the handler again.';
+    await waitFor(async () => (logger.errors.includes(gaveUp) ? true : undefined), 'the finalize to give up');
     proxy.bringUp();
     await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
     const rerun = await retryUntilRun('/std/write', key);

@@ -208,7 +208,9 @@ beforeAll(async () => {
       { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
       { provide: APP_INTERCEPTOR, useClass: RequireValue },
     ],
-  }).compile();
+  })
+    .setLogger(logger)
+    .compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
   app.useGlobalInterceptors(new InnerTimeout(), new FallbackTimeout(), new SlowAfter(), new DeclineToError(), new FirstValue());
   await app.listen(0, '127.0.0.1');

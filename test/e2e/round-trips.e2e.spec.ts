@@ -5,6 +5,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
 import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -32,6 +33,7 @@ class RoundTripController {
 }
 
 let db: TestDatabase;
+const logger = new RecordingLogger();
 let proxy: TcpProxy;
 let app: INestApplication;
 let url: string;
@@ -46,8 +48,10 @@ beforeAll(async () => {
       IdempotencyModule.forRoot({ accountResolver: () => 'acct' }),
     ],
     controllers: [RoundTripController],
-  }).compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger: false });
+  })
+    .setLogger(logger)
+    .compile();
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
   // Warm up: open the pooled connections and prepare the statements, which are not per-request costs.

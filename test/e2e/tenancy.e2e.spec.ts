@@ -1,9 +1,11 @@
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyMigrations, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 let db: TestDatabase;
+const logger = new RecordingLogger();
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -21,7 +23,9 @@ async function start(options: IdempotencyModuleOptions, registration: Registrati
     registration === 'forRoot' ? IdempotencyModule.forRoot(options) : IdempotencyModule.forRootAsync({ useFactory: async () => options });
   const moduleRef = await Test.createTestingModule({
     imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }), idempotency],
-  }).compile();
+  })
+    .setLogger(logger)
+    .compile();
   const context = await moduleRef.init();
   expect(context.get(IdempotencyService)).toBeInstanceOf(IdempotencyService);
   await context.close();

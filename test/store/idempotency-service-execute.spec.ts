@@ -11,9 +11,11 @@ import {
   RequestInProgressError,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 let db: TestDatabase;
+const logger = new RecordingLogger();
 let context: INestApplicationContext;
 let service: IdempotencyService;
 
@@ -25,7 +27,9 @@ beforeAll(async () => {
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({ accountResolver: () => 'unused for operations' }),
     ],
-  }).compile();
+  })
+    .setLogger(logger)
+    .compile();
   context = await moduleRef.init();
   service = context.get(IdempotencyService);
 });
@@ -138,7 +142,9 @@ describe('the replay cache', () => {
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
         IdempotencyModule.forRoot({ accountResolver: () => 'unused', replayCache: false }),
       ],
-    }).compile();
+    })
+      .setLogger(logger)
+      .compile();
     const uncachedContext = await uncachedRef.init();
     try {
       const uncached = uncachedContext.get(IdempotencyService);

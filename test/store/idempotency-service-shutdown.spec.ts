@@ -16,6 +16,7 @@ import {
   type StoreTransaction,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /** The real store, whose next claim (once committed), or next transaction, waits at a gate before it answers. */
@@ -40,6 +41,7 @@ class GatedClaimStore extends PostgresIdempotencyStore {
 }
 
 let db: TestDatabase;
+const logger = new RecordingLogger();
 let context: INestApplicationContext;
 
 beforeAll(async () => {
@@ -52,6 +54,7 @@ beforeAll(async () => {
   })
     .overrideProvider(IDEMPOTENCY_STORE)
     .useFactory({ factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'), inject: [DataSource] })
+    .setLogger(logger)
     .compile();
   context = await moduleRef.init();
 });
@@ -91,6 +94,7 @@ describe('shutdown while an attempt waits for its transaction', () => {
     })
       .overrideProvider(IDEMPOTENCY_STORE)
       .useFactory({ factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'), inject: [DataSource] })
+      .setLogger(logger)
       .compile();
     const app = await moduleRef.init();
     try {

@@ -2,10 +2,12 @@ import { type INestApplicationContext, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyMigrations, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
 let db: TestDatabase;
+const logger = new RecordingLogger();
 const contexts: INestApplicationContext[] = [];
 
 const PURGE_SETTINGS = 'PURGE_SETTINGS';
@@ -25,7 +27,9 @@ async function startModule(options: IdempotencyModuleOptions): Promise<Idempoten
         useFactory: (settings: IdempotencyModuleOptions) => ({ accountResolver: () => 'acct', ...settings }),
       }),
     ],
-  }).compile();
+  })
+    .setLogger(logger)
+    .compile();
   contexts.push(await moduleRef.init());
   return moduleRef.get(IdempotencyService);
 }

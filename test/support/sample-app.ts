@@ -5,6 +5,7 @@ import type { NestExpressApplication } from '@nestjs/platform-express';
 import request from 'supertest';
 import { createSampleApp, type SampleAppOptions } from '../../sample-app/create-sample-app.js';
 import type { SampleConfig } from '../../sample-app/sample-config.js';
+import { RecordingLogger } from './recording-logger.js';
 
 export interface RunningApp {
   url: string;
@@ -14,6 +15,12 @@ export interface RunningApp {
 export const ALICE = 'sk_test_alice';
 export const BOB = 'sk_test_bob';
 
+/**
+ * What the sample apps of a test file log. Nest's module-level loggers write through the logger of the app made
+ * last, so every app of the file shares this one: the test reads the errors it expects here, and none are printed.
+ */
+export const sampleAppLogger = new RecordingLogger();
+
 /** The sample app in this process, listening on a free loopback port. */
 export async function startSampleApp(
   config: Partial<SampleConfig> & Pick<SampleConfig, 'databaseUrl'>,
@@ -21,7 +28,7 @@ export async function startSampleApp(
 ): Promise<RunningApp & { app: NestExpressApplication }> {
   const app = await createSampleApp(
     { port: 0, ttlSeconds: 86_400, leaseSeconds: 60, providerDelayMs: 0, transactional: true, inFlight: 'conflict', shutdownTimeoutSeconds: 10, payoutWorker: false, payoutPollMs: 500, ...config },
-    { logger: ['error'], ...options },
+    { logger: sampleAppLogger, ...options },
   );
   await app.listen(0, '127.0.0.1');
   return { app, url: await app.getUrl(), close: () => app.close() };

@@ -25,20 +25,28 @@ const logger = new RecordingLogger();
 beforeAll(() => Logger.overrideLogger(logger));
 
 describe('ending a transaction the database does not answer', () => {
+  const scope = (key: string) => `key "${key}" of POST /x`;
   it.each([
-    ['rolls back', { response: undefined, failed: true }],
-    ['commits', { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false }],
-  ])('gives up after storeTimeoutSeconds when it %s, and cuts the connection', async (_case, outcome) => {
+    ['rolls back', { response: undefined, failed: true }, (key: string) => `Ending the transaction of ${scope(key)} failed: Error: rolling back`],
+    [
+      'commits',
+      { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false },
+      (key: string) =>
+        `Committing the work and outcome of ${scope(key)} failed; the client gets 503, and its retry gets the outcome if ` +
+        'the commit went through after all, or runs again: Error: committing',
+    ],
+  ])('gives up after storeTimeoutSeconds when it %s, and cuts the connection', async (_case, outcome, failure) => {
     const store = {
       release: async () => true,
       complete: async () => true,
     } as unknown as IdempotencyStore;
     const service = new IdempotencyService(store, { accountResolver: () => 'acct' });
     const transaction = new StalledTransaction();
-    const run = new IdempotencyRun({ scope: { account: 'acct', endpoint: 'POST /x', key: randomUUID() }, attempt: randomUUID() }, false, transaction);
+    const key = randomUUID();
+    const run = new IdempotencyRun({ scope: { account: 'acct', endpoint: 'POST /x', key }, attempt: randomUUID() }, false, transaction);
     const policy = resolvePolicy({ storeTimeoutSeconds: 0.05 });
     await service.finish(run, outcome, policy);
     expect(transaction.abandoned).toBe(true);
-    expect(logger.errors.some((error) => error.includes('took longer than storeTimeoutSeconds (0.05 s)'))).toBe(true);
+    expect(logger.errors).toContain(`ERROR [Idempotency] ${failure(key)} took longer than storeTimeoutSeconds (0.05 s)`);
   });
 });
