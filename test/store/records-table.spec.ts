@@ -199,7 +199,7 @@ describe('the check at start-up', () => {
       .compile();
     try {
       await moduleRef.init();
-      expect(logger.warnings).toEqual([expect.stringMatching(/^Could not check the idempotency table at start-up: /)]);
+      expect(logger.warnings).toEqual([expect.stringMatching(/^WARN \[Idempotency\] Could not check the idempotency table at start-up: /)]);
       proxy.bringUp();
       const store = moduleRef.get<PostgresIdempotencyStore>(IDEMPOTENCY_STORE, { strict: false });
       await expect(store.checkSchema()).resolves.toBeUndefined();
