@@ -1,0 +1,311 @@
+import { randomUUID } from 'node:crypto';
+import { Controller, Get, type INestApplication, Injectable, Post, Req } from '@nestjs/common';
+import { Test } from '@nestjs/testing';
+import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import type { Request } from 'express';
+import request from 'supertest';
+import { Column, DataSource, Entity, PrimaryGeneratedColumn, Repository } from 'typeorm';
+import {
+  CreateIdempotencyRecords,
+  IdempotencyContext,
+  type IdempotencyModuleOptions,
+  Idempotent,
+  IdempotencyModule,
+} from '../../src/index.js';
+import { GateQueue } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+/**
+ * Transactional runs with the services apps already have: repositories injected with `@InjectRepository()`,
+ * `IdempotencyContext.getRepository()`, `dataSource.transaction()`, and writes that go outside the run's
+ * transaction.
+ */
+
+@Entity({ name: 'ledger_entries' })
+class LedgerEntry {
+  @PrimaryGeneratedColumn()
+  id!: number;
+
+  @Column({ type: 'text' })
+  key!: string;
+}
+
+/** The gate the next request to a gated route waits at (each gate holds one request). */
+const gates = new GateQueue();
+
+/** Keys whose next attempt throws once it has written (and passed its gate). */
+const failingOnce = new Set<string>();
+
+/** A service as apps write them, on the repository Nest injects. */
+@Injectable()
+class LedgerService {
+  constructor(@InjectRepository(LedgerEntry) private readonly entries: Repository<LedgerEntry>) {}
+
+  record(key: string): Promise<LedgerEntry> {
+    return this.entries.save(this.entries.create({ key }));
+  }
+
+  async keys(): Promise<string[]> {
+    return (await this.entries.find({ order: { id: 'ASC' } })).map((entry) => entry.key);
+  }
+}
+
+@Controller('ledger')
+class LedgerController {
+  constructor(
+    private readonly ledger: LedgerService,
+    private readonly context: IdempotencyContext,
+    @InjectDataSource() private readonly dataSource: DataSource,
+  ) {}
+
+  /** Writes through the injected repository. */
+  @Post('injected')
+  @Idempotent({ transactional: true })
+  async injected(@Req() req: Request) {
+    await this.ledger.record(this.key());
+    return this.afterWriting(req);
+  }
+
+  /** Writes through `IdempotencyContext.getRepository()`. */
+  @Post('context-repository')
+  @Idempotent({ transactional: true })
+  async contextRepository(@Req() req: Request) {
+    const entries = this.context.getRepository(LedgerEntry);
+    await entries.save(entries.create({ key: this.key() }));
+    return this.afterWriting(req);
+  }
+
+  /** Writes in a transaction of its own making, as `@Transactional()` of `@nestjs-cls/transactional` does. */
+  @Post('nested')
+  @Idempotent({ transactional: true })
+  async nested(@Req() req: Request) {
+    await this.dataSource.transaction((manager) => manager.save(manager.create(LedgerEntry, { key: this.key() })));
+    return this.afterWriting(req);
+  }
+
+  /** Writes through an entity manager of its own, which no run's transaction can be joined by. */
+  @Post('escaping')
+  @Idempotent({ transactional: true })
+  async escaping(@Req() req: Request) {
+    const manager = this.dataSource.createEntityManager();
+    await manager.save(manager.create(LedgerEntry, { key: this.key() }));
+    return this.afterWriting(req);
+  }
+
+  /** Standard mode: writes through the injected repository, which commits it at once. */
+  @Post('standard')
+  @Idempotent()
+  async standard(@Req() req: Request) {
+    await this.ledger.record(this.key());
+    await gates.pass(req);
+    return { ownManager: this.context.getRepository(LedgerEntry).manager === this.dataSource.manager };
+  }
+
+  /** Not idempotent: what the injected repository sees outside any run. */
+  @Get()
+  async list() {
+    return this.ledger.keys();
+  }
+
+  private key(): string {
+    return this.context.run!.key;
+  }
+
+  /** Waits at its gate, then fails if told to, else answers with the keys its run sees. */
+  private async afterWriting(req: Request) {
+    await gates.pass(req);
+    if (failingOnce.delete(this.key())) throw new Error('the handler failed after writing');
+    return { sees: await this.ledger.keys() };
+  }
+}
+
+const logger = new RecordingLogger();
+let db: TestDatabase;
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+  await db.query('CREATE TABLE ledger_entries (id serial PRIMARY KEY, key text NOT NULL)');
+});
+
+afterAll(async () => {
+  gates.releaseAll();
+  await db?.drop();
+});
+
+/**
+ * An app with these module options for the tests of the enclosing block, closed after them: one at a time, as
+ * Nest's TypeORM module takes two default data sources in one process for a mistake.
+ */
+function appWith(options: IdempotencyModuleOptions): { url: string } {
+  const started = { url: '' };
+  let app: INestApplication | undefined;
+  beforeAll(async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          entities: [LedgerEntry],
+          migrations: [CreateIdempotencyRecords],
+          migrationsRun: true,
+        }),
+        TypeOrmModule.forFeature([LedgerEntry]),
+        IdempotencyModule.forRoot({ singleTenant: true, ...options }),
+      ],
+      controllers: [LedgerController],
+      providers: [LedgerService],
+    }).compile();
+    app = moduleRef.createNestApplication({ rawBody: true, logger });
+    await app.listen(0, '127.0.0.1');
+    started.url = await app.getUrl();
+  });
+  afterAll(async () => {
+    gates.releaseAll();
+    await app?.close();
+  });
+  return started;
+}
+
+/** Errors logged by a test must be the ones it expects: it takes them, and none may be left over. */
+function takeErrors(): string[] {
+  return logger.errors.splice(0);
+}
+afterEach(() => {
+  expect(takeErrors()).toEqual([]);
+  expect(logger.warnings.splice(0)).toEqual([]);
+});
+
+const post = (url: string, path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
+const entriesOf = async (key: string) => (await db.query('SELECT id FROM ledger_entries WHERE key = $1', [key])).length;
+const recordOf = async (key: string) =>
+  (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0];
+
+describe('with enlistDataSource: true', () => {
+  const enlisted = appWith({ enlistDataSource: true, onTransactionEscape: 'throw' });
+
+  it('rolls back an injected repository\'s write when the handler throws after it: the retry writes it once', async () => {
+    const key = randomUUID();
+    failingOnce.add(key);
+    expect((await post(enlisted.url, '/ledger/injected', key)).status).toBe(500);
+    expect(takeErrors()).toEqual([expect.stringContaining('the handler failed after writing')]);
+    expect(await entriesOf(key)).toBe(0);
+    expect(await recordOf(key)).toBeUndefined();
+
+    const retry = await post(enlisted.url, '/ledger/injected', key);
+    expect(retry.status).toBe(201);
+    expect(await entriesOf(key)).toBe(1);
+  });
+
+  it('commits an injected repository\'s write with the stored outcome, and not before', async () => {
+    const key = randomUUID();
+    const gate = gates.holdNext();
+    const answer = post(enlisted.url, '/ledger/injected', key).then((response) => response);
+    await gate.reached;
+    // Written, but in the run's open transaction: neither another connection nor the app outside the run sees it.
+    expect(await entriesOf(key)).toBe(0);
+    expect((await request(enlisted.url).get('/ledger')).body).not.toContain(key);
+
+    gate.release();
+    const first = await answer;
+    expect(first.status).toBe(201);
+    expect(first.body.sees).toContain(key); // the run read its own write through the injected repository
+    expect(await entriesOf(key)).toBe(1);
+    expect(await recordOf(key)).toEqual({ status: 'completed' });
+
+    const replay = await post(enlisted.url, '/ledger/injected', key);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.body).toEqual(first.body);
+    expect(await entriesOf(key)).toBe(1);
+  });
+
+  it('keeps concurrent runs apart: each injected repository call joins its own run\'s transaction', async () => {
+    const [first, second] = [randomUUID(), randomUUID()];
+    failingOnce.add(first);
+    const firstGate = gates.holdNext();
+    const firstAnswer = post(enlisted.url, '/ledger/injected', first).then((response) => response);
+    await firstGate.reached;
+    const secondGate = gates.holdNext();
+    const secondAnswer = post(enlisted.url, '/ledger/injected', second).then((response) => response);
+    await secondGate.reached;
+    // Both written, neither committed: a request outside any run sees neither.
+    const outside = (await request(enlisted.url).get('/ledger')).body;
+    expect(outside).not.toContain(first);
+    expect(outside).not.toContain(second);
+
+    secondGate.release();
+    const secondResponse = await secondAnswer;
+    expect(secondResponse.status).toBe(201);
+    expect(secondResponse.body.sees).toContain(second);
+    expect(secondResponse.body.sees).not.toContain(first);
+
+    firstGate.release();
+    expect((await firstAnswer).status).toBe(500);
+    expect(takeErrors()).toEqual([expect.stringContaining('the handler failed after writing')]);
+    expect(await entriesOf(first)).toBe(0);
+    expect(await entriesOf(second)).toBe(1);
+  });
+
+  it('makes dataSource.transaction() a savepoint of the run\'s transaction: rolled back with the run', async () => {
+    const key = randomUUID();
+    failingOnce.add(key);
+    expect((await post(enlisted.url, '/ledger/nested', key)).status).toBe(500);
+    expect(takeErrors()).toEqual([expect.stringContaining('the handler failed after writing')]);
+    expect(await entriesOf(key)).toBe(0);
+
+    expect((await post(enlisted.url, '/ledger/nested', key)).status).toBe(201);
+    expect(await entriesOf(key)).toBe(1);
+  });
+
+  it('refuses a write through an entity manager of its own with onTransactionEscape: \'throw\': nothing is written, the key is released', async () => {
+    const key = randomUUID();
+    expect((await post(enlisted.url, '/ledger/escaping', key)).status).toBe(500);
+    expect(takeErrors()).toEqual([
+      expect.stringMatching(/TransactionEscapeError: An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/escaping went outside its transaction/),
+    ]);
+    expect(await entriesOf(key)).toBe(0);
+    expect(await recordOf(key)).toBeUndefined();
+  });
+
+  it('leaves a standard (non-transactional) route on the data source\'s own connections: its write commits at once', async () => {
+    const key = randomUUID();
+    const gate = gates.holdNext();
+    const answer = post(enlisted.url, '/ledger/standard', key).then((response) => response);
+    await gate.reached;
+    expect(await entriesOf(key)).toBe(1);
+    gate.release();
+    const response = await answer;
+    expect(response.status).toBe(201);
+    expect(response.body).toEqual({ ownManager: true });
+  });
+});
+
+describe('by default (enlistDataSource: false)', () => {
+  const byDefault = appWith({});
+
+  it('runs IdempotencyContext.getRepository() in the run\'s transaction: rolled back with the handler, written once by the retry', async () => {
+    const key = randomUUID();
+    failingOnce.add(key);
+    expect((await post(byDefault.url, '/ledger/context-repository', key)).status).toBe(500);
+    expect(takeErrors()).toEqual([expect.stringContaining('the handler failed after writing')]);
+    expect(await entriesOf(key)).toBe(0);
+
+    expect((await post(byDefault.url, '/ledger/context-repository', key)).status).toBe(201);
+    expect(await entriesOf(key)).toBe(1);
+  });
+
+  it('logs an injected repository\'s write as escaping the run\'s transaction, naming the entity and the route', async () => {
+    const key = randomUUID();
+    failingOnce.add(key);
+    expect((await post(byDefault.url, '/ledger/injected', key)).status).toBe(500);
+    expect(takeErrors()).toEqual([
+      expect.stringMatching(/^An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction.* Idempotency$/),
+      expect.stringContaining('the handler failed after writing'),
+    ]);
+    // What the log warns of: the write committed on its own, so the retry writes it a second time.
+    expect(await entriesOf(key)).toBe(1);
+    expect((await post(byDefault.url, '/ledger/injected', key)).status).toBe(201);
+    expect(takeErrors()).toEqual([expect.stringContaining('An insert of LedgerEntry during the transactional run')]);
+    expect(await entriesOf(key)).toBe(2);
+  });
+});
