@@ -12,7 +12,7 @@ import {
   Idempotent,
   IdempotencyModule,
 } from '../../src/index.js';
-import { GateQueue } from '../support/gate.js';
+import { type Gate, GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -24,6 +24,16 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database.
 
 @Entity({ name: 'ledger_entries' })
 class LedgerEntry {
+  @PrimaryGeneratedColumn()
+  id!: number;
+
+  @Column({ type: 'text' })
+  key!: string;
+}
+
+/** An entity no repository is made for before a run asks for one. */
+@Entity({ name: 'audit_entries' })
+class AuditEntry {
   @PrimaryGeneratedColumn()
   id!: number;
 
@@ -84,6 +94,14 @@ class LedgerController {
     return this.afterWriting(req);
   }
 
+  /** Writes through a query builder of a repository the data source makes (and keeps) the first time it is asked. */
+  @Post('repository-made-in-run')
+  @Idempotent({ transactional: true })
+  async repositoryMadeInRun(@Req() req: Request) {
+    await this.dataSource.getRepository(AuditEntry).createQueryBuilder().insert().values({ key: this.key() }).execute();
+    return this.afterWriting(req);
+  }
+
   /** Writes through an entity manager of its own, which no run's transaction can be joined by. */
   @Post('escaping')
   @Idempotent({ transactional: true })
@@ -126,6 +144,7 @@ let db: TestDatabase;
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.query('CREATE TABLE ledger_entries (id serial PRIMARY KEY, key text NOT NULL)');
+  await db.query('CREATE TABLE audit_entries (id serial PRIMARY KEY, key text NOT NULL)');
 });
 
 afterAll(async () => {
@@ -146,7 +165,7 @@ function appWith(options: IdempotencyModuleOptions): { url: string } {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: db.url,
-          entities: [LedgerEntry],
+          entities: [LedgerEntry, AuditEntry],
           migrations: [CreateIdempotencyRecords],
           migrationsRun: true,
         }),
@@ -176,6 +195,12 @@ afterEach(() => {
   expect(logger.warnings.splice(0)).toEqual([]);
 });
 
+/** Waits for the request to reach its gate; one answered before it did fails the test at once. */
+async function reached(gate: Gate, answer: Promise<request.Response>): Promise<void> {
+  const early = await Promise.race([gate.reached.then(() => undefined), answer]);
+  if (early) throw new Error(`answered ${early.status} ${JSON.stringify(early.body)} before reaching its gate`);
+}
+
 const post = (url: string, path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
 const entriesOf = async (key: string) => (await db.query('SELECT id FROM ledger_entries WHERE key = $1', [key])).length;
 const recordOf = async (key: string) =>
@@ -200,8 +225,8 @@ describe('with enlistDataSource: true', () => {
   it('commits an injected repository\'s write with the stored outcome, and not before', async () => {
     const key = randomUUID();
     const gate = gates.holdNext();
-    const answer = post(enlisted.url, '/ledger/injected', key).then((response) => response);
-    await gate.reached;
+    const answer = post(enlisted.url, '/ledger/injected', key).then((response) => response); // sent once, awaited twice
+    await reached(gate, answer);
     // Written, but in the run's open transaction: neither another connection nor the app outside the run sees it.
     expect(await entriesOf(key)).toBe(0);
     expect((await request(enlisted.url).get('/ledger')).body).not.toContain(key);
@@ -223,11 +248,11 @@ describe('with enlistDataSource: true', () => {
     const [first, second] = [randomUUID(), randomUUID()];
     failingOnce.add(first);
     const firstGate = gates.holdNext();
-    const firstAnswer = post(enlisted.url, '/ledger/injected', first).then((response) => response);
-    await firstGate.reached;
+    const firstAnswer = post(enlisted.url, '/ledger/injected', first).then((response) => response); // sent once, awaited twice
+    await reached(firstGate, firstAnswer);
     const secondGate = gates.holdNext();
-    const secondAnswer = post(enlisted.url, '/ledger/injected', second).then((response) => response);
-    await secondGate.reached;
+    const secondAnswer = post(enlisted.url, '/ledger/injected', second).then((response) => response); // sent once, awaited twice
+    await reached(secondGate, secondAnswer);
     // Both written, neither committed: a request outside any run sees neither.
     const outside = (await request(enlisted.url).get('/ledger')).body;
     expect(outside).not.toContain(first);
@@ -257,6 +282,17 @@ describe('with enlistDataSource: true', () => {
     expect(await entriesOf(key)).toBe(1);
   });
 
+  it('lets a repository first made inside a run join later runs\' transactions, not keep the first one\'s', async () => {
+    const [first, second] = [randomUUID(), randomUUID()];
+    expect((await post(enlisted.url, '/ledger/repository-made-in-run', first)).status).toBe(201);
+    failingOnce.add(second);
+    expect((await post(enlisted.url, '/ledger/repository-made-in-run', second)).status).toBe(500);
+    expect(takeErrors()).toEqual([expect.stringContaining('the handler failed after writing')]);
+    expect((await post(enlisted.url, '/ledger/repository-made-in-run', second)).status).toBe(201);
+    const audited = await db.query<{ key: string }>('SELECT key FROM audit_entries ORDER BY id');
+    expect(audited.map(({ key }) => key)).toEqual([first, second]);
+  });
+
   it('refuses a write through an entity manager of its own with onTransactionEscape: \'throw\': nothing is written, the key is released', async () => {
     const key = randomUUID();
     expect((await post(enlisted.url, '/ledger/escaping', key)).status).toBe(500);
@@ -270,8 +306,8 @@ describe('with enlistDataSource: true', () => {
   it('leaves a standard (non-transactional) route on the data source\'s own connections: its write commits at once', async () => {
     const key = randomUUID();
     const gate = gates.holdNext();
-    const answer = post(enlisted.url, '/ledger/standard', key).then((response) => response);
-    await gate.reached;
+    const answer = post(enlisted.url, '/ledger/standard', key).then((response) => response); // sent once, awaited twice
+    await reached(gate, answer);
     expect(await entriesOf(key)).toBe(1);
     gate.release();
     const response = await answer;
