@@ -13,23 +13,16 @@ import {
   IdempotencyModule,
 } from '../../src/index.js';
 import { type Gate, GateQueue } from '../support/gate.js';
+import { LedgerEntry } from '../support/ledger-entry.entity.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { spawnTypeScriptServer } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /**
  * Transactional runs with the services apps already have: repositories injected with `@InjectRepository()`,
- * `IdempotencyContext.getRepository()`, `dataSource.transaction()`, and writes that go outside the run's
- * transaction.
+ * `IdempotencyContext.getRepository()`, `dataSource.transaction()`, `@nestjs-cls/transactional`, and writes
+ * that go outside the run's transaction.
  */
-
-@Entity({ name: 'ledger_entries' })
-class LedgerEntry {
-  @PrimaryGeneratedColumn()
-  id!: number;
-
-  @Column({ type: 'text' })
-  key!: string;
-}
 
 /** An entity no repository is made for before a run asks for one. */
 @Entity({ name: 'audit_entries' })
@@ -344,4 +337,26 @@ describe('by default (enlistDataSource: false)', () => {
     expect(takeErrors()).toEqual([expect.stringContaining('An insert of LedgerEntry during the transactional run')]);
     expect(await entriesOf(key)).toBe(2);
   });
+});
+
+describe('with enlistDataSource: true and @nestjs-cls/transactional (test/support/cls-ledger-server.ts)', () => {
+  let server: Awaited<ReturnType<typeof spawnTypeScriptServer>> | undefined;
+  beforeAll(async () => {
+    server = await spawnTypeScriptServer('test/support/cls-ledger-server.ts', { DATABASE_URL: db.url });
+  });
+  afterAll(async () => {
+    await server?.close();
+  });
+
+  it.each(['tx', 'transactional'])(
+    'runs writes through txHost.tx (/cls-ledger/%s) in the run\'s transaction: rolled back with the handler, written once by the retry',
+    async (route) => {
+      const key = randomUUID();
+      expect((await post(server!.url, `/cls-ledger/${route}`, key).set('X-Fail', 'true')).status).toBe(500);
+      expect(await entriesOf(key)).toBe(0);
+
+      expect((await post(server!.url, `/cls-ledger/${route}`, key)).status).toBe(201);
+      expect(await entriesOf(key)).toBe(1);
+    },
+  );
 });
