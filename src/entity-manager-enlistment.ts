@@ -4,13 +4,9 @@ import type { EntityManager, EntityTarget, ObjectLiteral, QueryRunner } from 'ty
  * Makes `manager` run its operations on `currentRunner()` whenever that returns a query runner, and as before
  * otherwise. TypeORM's entity manager runs every operation on its own query runner when it has one (else on a
  * pooled connection of its own), and a repository runs everything through its manager, so this one property is
- * what every repository made from the manager follows, including those made before this call. Returns what
- * undoes it.
+ * what every repository made from the manager follows, including those made before this call.
  */
-export function enlistEntityManager(manager: EntityManager, currentRunner: () => QueryRunner | undefined): () => void {
-  const own = (['queryRunner', 'getRepository', 'getTreeRepository'] as const).map(
-    (name) => [name, Object.getOwnPropertyDescriptor(manager, name)] as const,
-  );
+export function enlistEntityManager(manager: EntityManager, currentRunner: () => QueryRunner | undefined): void {
   // A repository keeps the query runner its manager had when it was made: one made (and cached) inside a run
   // would keep that run's, long released, so repositories are made as if outside any run.
   let makingRepository = 0;
@@ -34,10 +30,4 @@ export function enlistEntityManager(manager: EntityManager, currentRunner: () =>
     writable: true,
     value: madeOutsideRuns(manager.getTreeRepository),
   });
-  return () => {
-    for (const [name, descriptor] of own) {
-      if (descriptor) Object.defineProperty(manager, name, descriptor);
-      else delete (manager as unknown as Record<string, unknown>)[name];
-    }
-  };
 }

@@ -11,7 +11,7 @@ export {
 } from './idempotency.service.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './idempotency-run.js';
-export { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_STORE } from './idempotency.constants.js';
+export { IDEMPOTENCY_STORE } from './idempotency.constants.js';
 export { TransactionEscapeError } from './transaction-escape.subscriber.js';
 export type {
   AccountResolver,

@@ -1,4 +1,4 @@
-import { Inject, Injectable, type OnModuleDestroy } from '@nestjs/common';
+import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE } from './idempotency.constants.js';
 import { IdempotencyContext } from './idempotency-context.js';
@@ -13,13 +13,11 @@ import { TransactionEscapeSubscriber } from './transaction-escape.subscriber.js'
  * Ties the module's data source to the transactions of transactional runs, as the options ask: its entity
  * manager (and every repository made from it) joins the current run's transaction (`enlistDataSource`), and
  * writes that go outside it are flagged (`onTransactionEscape`). Set up as soon as Nest creates the module,
- * before any request or `execute()` can run, and undone when the module is destroyed, since the data source may
- * outlive it.
+ * before any request or `execute()` can run; it lasts as long as the data source, which Nest's TypeORM module
+ * destroys with the application.
  */
 @Injectable()
-export class RunTransactionBinding implements OnModuleDestroy {
-  private readonly undo: Array<() => void> = [];
-
+export class RunTransactionBinding {
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
@@ -32,16 +30,8 @@ export class RunTransactionBinding implements OnModuleDestroy {
         const runner = context.run && openTransactionRunner(context.run);
         return runner?.dataSource === dataSource ? runner : undefined;
       };
-      this.undo.push(enlistEntityManager(dataSource.manager, currentRunner));
+      enlistEntityManager(dataSource.manager, currentRunner);
     }
-    if (onEscape !== 'ignore') {
-      const subscriber = new TransactionEscapeSubscriber(() => context.run, onEscape);
-      dataSource.subscribers.push(subscriber);
-      this.undo.push(() => dataSource.subscribers.splice(dataSource.subscribers.indexOf(subscriber), 1));
-    }
-  }
-
-  onModuleDestroy(): void {
-    for (const undo of this.undo.splice(0)) undo();
+    if (onEscape !== 'ignore') dataSource.subscribers.push(new TransactionEscapeSubscriber(() => context.run, onEscape));
   }
 }

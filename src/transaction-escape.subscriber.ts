@@ -36,23 +36,23 @@ export class TransactionEscapeSubscriber implements EntitySubscriberInterface {
   ) {}
 
   beforeInsert(event: InsertEvent<unknown>): void {
-    this.check(event, 'insert');
+    this.check(event, 'An insert');
   }
 
   beforeUpdate(event: UpdateEvent<unknown>): void {
-    this.check(event, 'update');
+    this.check(event, 'An update');
   }
 
   beforeRemove(event: RemoveEvent<unknown>): void {
-    this.check(event, 'removal');
+    this.check(event, 'A removal');
   }
 
   beforeSoftRemove(event: SoftRemoveEvent<unknown>): void {
-    this.check(event, 'soft removal');
+    this.check(event, 'A soft removal');
   }
 
   beforeRecover(event: RecoverEvent<unknown>): void {
-    this.check(event, 'recovery');
+    this.check(event, 'A recovery');
   }
 
   private check(event: WriteEvent, write: string): void {
@@ -60,7 +60,7 @@ export class TransactionEscapeSubscriber implements EntitySubscriberInterface {
     const runner = run && openTransactionRunner(run);
     if (!run || !runner || event.queryRunner === runner) return;
     const message =
-      `An ${write} of ${event.metadata.name} during the transactional run of key ${JSON.stringify(run.key)} of ` +
+      `${write} of ${event.metadata.name} during the transactional run of key ${JSON.stringify(run.key)} of ` +
       `${run.scope.endpoint} went outside its transaction: it commits on its own, whatever the run's outcome. ` +
       'Write through IdempotencyContext.manager or IdempotencyContext.getRepository(), or set enlistDataSource: ' +
       'true for injected repositories.';
