@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
-import { Injectable } from '@nestjs/common';
-import type { EntityManager } from 'typeorm';
+import { Inject, Injectable } from '@nestjs/common';
+import type { DataSource, EntityManager, EntityTarget, ObjectLiteral, Repository } from 'typeorm';
+import { IDEMPOTENCY_DATA_SOURCE } from './idempotency.constants.js';
 import type { IdempotencyRun } from './idempotency-run.js';
 
 const runs = new AsyncLocalStorage<IdempotencyRun>();
@@ -12,6 +13,8 @@ const runs = new AsyncLocalStorage<IdempotencyRun>();
  */
 @Injectable()
 export class IdempotencyContext {
+  constructor(@Inject(IDEMPOTENCY_DATA_SOURCE) private readonly dataSource: DataSource) {}
+
   /** Runs `work` as part of `run`; the interceptor and `IdempotencyService` do this for handlers. */
   static runWithin<T>(run: IdempotencyRun, work: () => T): T {
     return runs.run(run, work);
@@ -25,6 +28,14 @@ export class IdempotencyContext {
   /** The transaction's entity manager inside a transactional handler; `undefined` elsewhere. */
   get manager(): EntityManager | undefined {
     return this.run?.manager;
+  }
+
+  /**
+   * The repository of `entity` for the code running now: inside a transactional handler, the transaction's (its
+   * writes commit with the stored outcome); elsewhere, the one of the module's data source.
+   */
+  getRepository<Entity extends ObjectLiteral>(entity: EntityTarget<Entity>): Repository<Entity> {
+    return (this.manager ?? this.dataSource.manager).getRepository(entity);
   }
 
   /** `IdempotencyRun.deriveKey` of the current run; throws outside one, where no stable key exists. */

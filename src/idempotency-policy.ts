@@ -91,6 +91,17 @@ export function resolveShutdownTimeout(options: IdempotencyModuleOptions): numbe
   return positive('shutdownTimeoutSeconds', options.shutdownTimeoutSeconds ?? 10);
 }
 
+/** How the module's data source treats transactional runs (see `enlistDataSource` and `onTransactionEscape`), checked. */
+export function resolveDataSourceSettings(options: IdempotencyModuleOptions): {
+  enlist: boolean;
+  onEscape: 'log' | 'throw' | 'ignore';
+} {
+  return {
+    enlist: options.enlistDataSource ?? false,
+    onEscape: oneOf('onTransactionEscape', options.onTransactionEscape ?? 'log', ['log', 'throw', 'ignore'] as const),
+  };
+}
+
 /** The replay cache's limits, checked, or `undefined` when it is off. */
 export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
   if (replayCache === false) return undefined;

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { EntityManager } from 'typeorm';
+import type { EntityManager, QueryRunner } from 'typeorm';
 import type { IdempotencyClaim, IdempotencyScope, StoreTransaction } from './idempotency-store.interface.js';
 
 /**
@@ -37,4 +37,13 @@ export class IdempotencyRun {
     const { account, endpoint, key } = this.claim.scope;
     return createHash('sha256').update(JSON.stringify([account, endpoint, key, purpose])).digest('base64url');
   }
+}
+
+/**
+ * The query runner of the run's transaction while that transaction is open; `undefined` on a run without one,
+ * and once it has committed or rolled back (work the handler left behind then runs outside any transaction).
+ */
+export function openTransactionRunner(run: IdempotencyRun): QueryRunner | undefined {
+  const runner = run.manager?.queryRunner;
+  return runner && !runner.isReleased && runner.isTransactionActive ? runner : undefined;
 }

@@ -9,3 +9,6 @@ export const PASS_THROUGH_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD',
 
 /** Provider that wraps the handlers of idempotent routes while Nest creates the application (see `trackIdempotentRoutes`). */
 export const IDEMPOTENT_ROUTES_TRACKED = Symbol('IDEMPOTENT_ROUTES_TRACKED');
+
+/** Injection token of the TypeORM data source the module keeps its records on (the default one, or the one named by `dataSource`). */
+export const IDEMPOTENCY_DATA_SOURCE = Symbol('IDEMPOTENCY_DATA_SOURCE');

@@ -1,7 +1,7 @@
 import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_STORE } from './idempotency.constants.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
 import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
@@ -24,14 +24,18 @@ export const {
   .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, extras) => ({
     ...definition,
     global: extras.isGlobal,
-    providers: [...(definition.providers ?? []), postgresStoreProvider(extras.dataSource)],
+    providers: [
+      ...(definition.providers ?? []),
+      { provide: IDEMPOTENCY_DATA_SOURCE, useExisting: getDataSourceToken(extras.dataSource) },
+      postgresStoreProvider(),
+    ],
   }))
   .build();
 
-function postgresStoreProvider(dataSourceName: string | undefined): Provider {
+function postgresStoreProvider(): Provider {
   return {
     provide: IDEMPOTENCY_STORE,
-    inject: [getDataSourceToken(dataSourceName), IDEMPOTENCY_MODULE_OPTIONS],
+    inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_MODULE_OPTIONS],
     useFactory: (dataSource: DataSource, options: IdempotencyModuleOptions) =>
       new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME),
   };

@@ -6,6 +6,7 @@ import { IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
 import { ConfigurableIdempotencyModule } from './idempotency.module-definition.js';
 import { IdempotencyService } from './idempotency.service.js';
+import { RunTransactionBinding } from './run-transaction-binding.js';
 
 /**
  * `IdempotencyModule.forRoot(options)` / `forRootAsync({ imports, inject, useFactory })`: global by default,
@@ -17,6 +18,7 @@ import { IdempotencyService } from './idempotency.service.js';
   providers: [
     IdempotencyService,
     IdempotencyContext,
+    RunTransactionBinding,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
   ],

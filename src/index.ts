@@ -13,6 +13,7 @@ export type { Jsonified } from './jsonified.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './idempotency-run.js';
 export { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+export { TransactionEscapeError } from './transaction-escape.subscriber.js';
 export type {
   AccountResolver,
   FingerprintInput,

@@ -1,6 +1,5 @@
 import { HttpStatus, Inject, Injectable } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
-import type { DataSource, EntityManager } from 'typeorm';
+import type { Repository } from 'typeorm';
 import { IdempotencyContext } from '../../src/index.js';
 import { ApiError } from '../api-errors.js';
 import { newId } from '../ids.js';
@@ -11,7 +10,6 @@ import { Charge } from './charge.entity.js';
 @Injectable()
 export class ChargesService {
   constructor(
-    @InjectDataSource() private readonly dataSource: DataSource,
     @Inject(PAYMENT_PROVIDER) private readonly provider: PaymentProvider,
     private readonly idempotency: IdempotencyContext,
   ) {}
@@ -39,18 +37,18 @@ export class ChargesService {
       }
       throw error;
     }
-    const manager = this.manager();
-    return manager.save(
-      manager.create(Charge, { id: newId('ch'), account, status: 'succeeded', amountRefunded: 0, providerChargeId, ...input }),
+    const charges = this.charges();
+    return charges.save(
+      charges.create({ id: newId('ch'), account, status: 'succeeded', amountRefunded: 0, providerChargeId, ...input }),
     );
   }
 
   list(account: string, limit: number): Promise<Charge[]> {
-    return this.manager().find(Charge, { where: { account }, order: { created: 'DESC', id: 'DESC' }, take: limit });
+    return this.charges().find({ where: { account }, order: { created: 'DESC', id: 'DESC' }, take: limit });
   }
 
   async get(account: string, id: string): Promise<Charge> {
-    const charge = await this.manager().findOneBy(Charge, { id, account });
+    const charge = await this.charges().findOneBy({ id, account });
     if (!charge) throw new ApiError(HttpStatus.NOT_FOUND, 'invalid_request_error', 'resource_missing', `No such charge: ${id}`);
     return charge;
   }
@@ -58,11 +56,11 @@ export class ChargesService {
   async updateDescription(account: string, id: string, description: string | null): Promise<Charge> {
     const charge = await this.get(account, id);
     charge.description = description;
-    return this.manager().save(charge);
+    return this.charges().save(charge);
   }
 
-  /** Inside a transactional idempotent request, its transaction: the charge commits with the stored response. */
-  private manager(): EntityManager {
-    return this.idempotency.manager ?? this.dataSource.manager;
+  /** Inside a transactional idempotent request, its transaction's: the charge commits with the stored response. */
+  private charges(): Repository<Charge> {
+    return this.idempotency.getRepository(Charge);
   }
 }

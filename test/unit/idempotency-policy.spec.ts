@@ -1,5 +1,5 @@
 import { Idempotent, isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
-import { resolvePurgeSettings } from '../../src/idempotency-policy.js';
+import { resolveDataSourceSettings, resolvePurgeSettings } from '../../src/idempotency-policy.js';
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {
@@ -62,6 +62,16 @@ describe('resolvePurgeSettings', () => {
   it('refuses a non-positive interval, and true', () => {
     expect(() => resolvePurgeSettings({ purgeIntervalSeconds: 0 })).toThrow(RangeError);
     expect(() => resolvePurgeSettings({ purgeIntervalSeconds: true as unknown as number })).toThrow(RangeError);
+  });
+});
+
+describe('resolveDataSourceSettings', () => {
+  it('defaults to the data source left alone and escaping writes logged', () => {
+    expect(resolveDataSourceSettings({})).toEqual({ enlist: false, onEscape: 'log' });
+  });
+
+  it('refuses an unknown way to handle escaping writes', () => {
+    expect(() => resolveDataSourceSettings({ onTransactionEscape: 'warn' as 'log' })).toThrow(/onTransactionEscape/);
   });
 });
 
