@@ -6,7 +6,7 @@ import type { Request } from 'express';
 import request from 'supertest';
 import { Column, DataSource, Entity, PrimaryGeneratedColumn, Repository } from 'typeorm';
 import {
-  CreateIdempotencyRecords,
+  IdempotencyMigrations,
   IdempotencyContext,
   type IdempotencyModuleOptions,
   Idempotent,
@@ -159,7 +159,7 @@ function appWith(options: IdempotencyModuleOptions): { url: string } {
           type: 'postgres',
           url: db.url,
           entities: [LedgerEntry, AuditEntry],
-          migrations: [CreateIdempotencyRecords],
+          migrations: IdempotencyMigrations,
           migrationsRun: true,
         }),
         TypeOrmModule.forFeature([LedgerEntry]),

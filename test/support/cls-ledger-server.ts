@@ -5,7 +5,7 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-typeorm';
 import { ClsModule } from 'nestjs-cls';
-import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 
 /**
@@ -62,7 +62,7 @@ class ClsLedgerController {
       type: 'postgres',
       url: process.env.DATABASE_URL,
       entities: [LedgerEntry],
-      migrations: [CreateIdempotencyRecords],
+      migrations: IdempotencyMigrations,
       migrationsRun: true,
     }),
     IdempotencyModule.forRoot({ singleTenant: true, enlistDataSource: true, onTransactionEscape: 'throw' }),
