@@ -31,8 +31,25 @@ export const {
 function postgresStoreProvider(dataSourceName: string | undefined): Provider {
   return {
     provide: IDEMPOTENCY_STORE,
-    inject: [getDataSourceToken(dataSourceName), IDEMPOTENCY_MODULE_OPTIONS],
-    useFactory: (dataSource: DataSource, options: IdempotencyModuleOptions) =>
-      new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME),
+    // Optional, so that a missing data source is refused with the fix rather than Nest's unresolved dependency.
+    inject: [{ token: getDataSourceToken(dataSourceName), optional: true }, IDEMPOTENCY_MODULE_OPTIONS],
+    useFactory: (dataSource: DataSource | undefined, options: IdempotencyModuleOptions) => {
+      if (!dataSource) throw new Error(missingDataSourceMessage(dataSourceName));
+      return new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME);
+    },
   };
+}
+
+function missingDataSourceMessage(dataSourceName: string | undefined): string {
+  if (dataSourceName !== undefined) {
+    return (
+      `IdempotencyModule was given \`dataSource: '${dataSourceName}'\`, but the application has no TypeORM data source ` +
+      `of that name: pass the \`name\` given to \`TypeOrmModule.forRoot({ name, ... })\`.`
+    );
+  }
+  return (
+    'IdempotencyModule keeps its records on the default TypeORM data source, and the application has none: import ' +
+    "`TypeOrmModule.forRoot(...)`, or, if the data source is named (`TypeOrmModule.forRoot({ name: 'billing', ... })`), " +
+    "pass its name beside the options: `IdempotencyModule.forRoot({ ..., dataSource: 'billing' })`."
+  );
 }

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENCY_STORE, IDEMPOTENT_ROUTES_TRACKED } from './idempotency.constants.js';
+import { HttpPlatformCheck } from './http-platform-check.js';
 import { trackIdempotentRoutes } from './idempotent-routes.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
@@ -17,6 +18,7 @@ import { IdempotencyService } from './idempotency.service.js';
   providers: [
     IdempotencyService,
     IdempotencyContext,
+    HttpPlatformCheck,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
   ],

@@ -34,11 +34,13 @@ export { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';
 export { CreateIdempotencyRecords, createIdempotencyRecordsMigration } from './idempotency-records.migration.js';
 export {
+  IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,
   IdempotencyError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
+  IdempotencyMisconfiguredError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
