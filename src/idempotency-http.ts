@@ -26,8 +26,9 @@ export const RAW_BODY_SETTING =
   '`NestFactory.create(AppModule, { rawBody: true })` (in tests, `moduleRef.createNestApplication({ rawBody: true })`)';
 
 const RAW_BODY_FIX =
-  'Idempotent requests need the raw body bytes, but a body parser read this request without keeping them as ' +
-  `\`req.rawBody\`: create the application with ${RAW_BODY_SETTING}, and have body parsers of your own keep the bytes too.`;
+  'Idempotent requests are fingerprinted on their raw body bytes, and this application does not keep them as ' +
+  `\`req.rawBody\`: create it with ${RAW_BODY_SETTING}; body parsers of its own (registered with \`app.use()\`, or ` +
+  'with `bodyParser: false`) must keep them as well.';
 
 /**
  * The raw body bytes as received; the parsed body is never re-serialized. A body that a parser read, or that

@@ -92,7 +92,9 @@ describe('the raw body', () => {
       }
       expect(app.get(ChargesController).runs).toBe(0);
       expect(await recordCount()).toBe(0);
-      expect(errorsAbout('raw body bytes')).toEqual([expect.stringMatching(/`req\.rawBody`: create the application with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/)]);
+      expect(errorsAbout('raw body bytes')).toEqual([
+        expect.stringMatching(/does not keep them as `req\.rawBody`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/),
+      ]);
     } finally {
       await app.close();
     }
