@@ -5,7 +5,7 @@ import { NestFactory } from '@nestjs/core';
 import type { NestExpressApplication } from '@nestjs/platform-express';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
-import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
+import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
 
 class CreateBenchCharges1764633600002 implements MigrationInterface {
   name = 'CreateBenchCharges1764633600002';
@@ -64,7 +64,7 @@ class BenchController {
       useFactory: () => ({
         type: 'postgres' as const,
         url: process.env.DATABASE_URL,
-        migrations: [CreateIdempotencyRecords, CreateBenchCharges1764633600002],
+        migrations: [...IdempotencyMigrations, CreateBenchCharges1764633600002],
         migrationsRun: true,
         // Connections stay open while the app idles between its configurations (pg-pool closes idle ones after
         // 10 s by default), as they do in a service under steady load: reconnecting is not a per-request cost.

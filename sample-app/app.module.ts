@@ -1,7 +1,7 @@
 import { type DynamicModule, type MiddlewareConsumer, Module, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CreateIdempotencyRecords, IdempotencyModule } from '../src/index.js';
+import { IdempotencyMigrations, IdempotencyModule } from '../src/index.js';
 import { ApiKeyGuard, type AuthenticatedRequest } from './auth/api-key.guard.js';
 import { Charge } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
@@ -19,7 +19,7 @@ import { RefundsController } from './refunds/refunds.controller.js';
 import { RefundsService } from './refunds/refunds.service.js';
 import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
 
-export const SAMPLE_MIGRATIONS = [CreateIdempotencyRecords, CreateSampleSchema1764633600001];
+export const SAMPLE_MIGRATIONS = [...IdempotencyMigrations, CreateSampleSchema1764633600001];
 
 @Module({})
 export class AppModule implements NestModule {

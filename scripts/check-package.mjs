@@ -1,15 +1,29 @@
-// Packs the package as `npm pack` would (building it first) and checks that what an adopter installs holds the
-// code and types that `exports` points at.
+// Packs the package as `npm pack` would (building it first) and checks what an adopter installs: the code and types
+// that `exports` points at, the licence and the changelog, and source maps that work without the sources (which
+// are not shipped). Whether the types resolve for an ESM consumer is checked by examples/, which installs the tarball.
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
 const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
 const shipped = new Set(pack.files.map((file) => file.path));
 const { exports } = JSON.parse(readFileSync('package.json', 'utf8'));
-const expected = Object.values(exports).flatMap((entry) => Object.values(entry)).map((path) => path.replace(/^\.\//, ''));
-const missing = expected.filter((path) => !shipped.has(path));
-if (missing.length > 0) {
-  console.error(`npm pack would ship without ${missing.join(', ')} (${shipped.size} files)`);
+const entryPoints = Object.values(exports).flatMap((entry) => Object.values(entry)).map((path) => path.replace(/^\.\//, ''));
+const problems = [];
+
+const missing = [...entryPoints, 'LICENSE', 'README.md', 'CHANGELOG.md'].filter((path) => !shipped.has(path));
+if (missing.length > 0) problems.push(`it would ship without ${missing.join(', ')}`);
+
+const maps = [...shipped].filter((path) => path.endsWith('.js.map'));
+for (const path of maps) {
+  const { sources, sourcesContent = [] } = JSON.parse(readFileSync(path, 'utf8'));
+  if (sources.some((source, index) => typeof sourcesContent[index] !== 'string')) {
+    problems.push(`${path} maps to sources it does not carry (${sources.join(', ')})`);
+  }
+}
+if (shipped.has('src') || [...shipped].some((path) => path.startsWith('src/'))) problems.push('it would ship src/');
+
+if (problems.length > 0) {
+  console.error(`npm pack (${shipped.size} files): ${problems.join('; ')}`);
   process.exit(1);
 }
-console.log(`npm pack ships ${shipped.size} files, including ${expected.join(', ')}`);
+console.log(`npm pack ships ${shipped.size} files, including ${entryPoints.join(', ')}, LICENSE and ${maps.length} self-contained source maps`);

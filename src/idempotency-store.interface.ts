@@ -83,6 +83,11 @@ export interface IdempotencyStore {
    * (a store may keep connections free for claims); past it, rejects and takes none later.
    */
   beginTransaction(timeoutMs?: number): Promise<StoreTransaction>;
+  /**
+   * Checks at start-up that the store can work (its table exists with the columns and key it needs); rejects with an
+   * `IdempotencySetupError` that names the fix when it cannot, or with another error when it could not tell.
+   */
+  checkSchema?(): Promise<void>;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */
   purgeExpired(batchSize: number): Promise<number>;
   /** Gives back what the store holds (a listening connection); called on shutdown once no attempt runs. */

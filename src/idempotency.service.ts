@@ -21,8 +21,10 @@ import {
 import { canonicalJson } from './client/idempotency-keys.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { IdempotencyRun } from './idempotency-run.js';
 import { assertFaithfulJson } from './json-input.js';
+import type { Jsonified } from './jsonified.js';
 import type {
   ClaimResult,
   IdempotencyClaim,
@@ -52,8 +54,11 @@ export interface IdempotentOperation {
 }
 
 export interface ExecuteResult<T> {
-  /** The work's result, as stored (a JSON round trip): the same on the first run and on every replay. */
-  result: T;
+  /**
+   * The work's result as stored, through JSON (a `Date` comes back a string): the same on the first run and on every
+   * replay.
+   */
+  result: Jsonified<T>;
   /** The work ran in an earlier call; this one returned its stored result. */
   replayed: boolean;
 }
@@ -112,13 +117,27 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.shutdownTimeoutSeconds = resolveShutdownTimeout(options);
   }
 
-  onModuleInit(): void {
+  async onModuleInit(): Promise<void> {
+    await this.checkStoreSchema();
     const interval = this.purge.intervalSeconds;
     if (interval !== false) {
       this.purgeTimer = setInterval(() => {
         this.purgeExpired().catch((error: unknown) => this.logger.error(`Purging expired records failed: ${error}`));
       }, interval * 1000);
       this.purgeTimer.unref();
+    }
+  }
+
+  /**
+   * A store that cannot work refuses the start; one that cannot be reached now (the database restarting) may be
+   * reached later, and its requests are answered 503 meanwhile, so that is only a warning.
+   */
+  private async checkStoreSchema(): Promise<void> {
+    try {
+      await this.store.checkSchema?.();
+    } catch (error) {
+      if (error instanceof IdempotencySetupError) throw error;
+      this.logger.warn(`Could not check the idempotency table at start-up: ${error instanceof Error ? error.message : error}`);
     }
   }
 
@@ -536,8 +555,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 }
 
-function parseResult<T>(response: StoredResponse): T {
-  return JSON.parse(response.body.toString('utf8')) as T;
+function parseResult<T>(response: StoredResponse): Jsonified<T> {
+  return JSON.parse(response.body.toString('utf8')) as Jsonified<T>;
 }
 
 class StoreTimeoutError extends Error {}

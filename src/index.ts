@@ -9,6 +9,7 @@ export {
   type IdempotentOperation,
   IdempotencyService,
 } from './idempotency.service.js';
+export type { Jsonified } from './jsonified.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './idempotency-run.js';
 export { IDEMPOTENCY_STORE } from './idempotency.constants.js';
@@ -32,7 +33,8 @@ export type {
 } from './idempotency-store.interface.js';
 export { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';
-export { CreateIdempotencyRecords, createIdempotencyRecordsMigration } from './idempotency-records.migration.js';
+export { IdempotencyMigrations, idempotencyMigrations } from './migrations/idempotency-migrations.js';
+export { IdempotencySetupError } from './idempotency-setup.error.js';
 export {
   IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,

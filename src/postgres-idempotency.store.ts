@@ -12,16 +12,8 @@ import type {
   StoredResponse,
   StoreTransaction,
 } from './idempotency-store.interface.js';
-
-/** Quotes a name as a PostgreSQL identifier, whatever characters it holds. */
-export function quoteIdentifier(name: string): string {
-  return `"${name.replace(/"/g, '""')}"`;
-}
-
-/** Quotes a table name, optionally schema-qualified, as a PostgreSQL identifier. */
-export function quoteTableName(tableName: string): string {
-  return tableName.split('.').map(quoteIdentifier).join('.');
-}
+import { quoteIdentifier, quoteTableName } from './postgres-identifiers.js';
+import { checkRecordsTable } from './records-table-check.js';
 
 interface ClaimRow {
   claimed: boolean;
@@ -55,7 +47,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   constructor(
     private readonly dataSource: DataSource,
-    tableName: string,
+    private readonly tableName: string,
   ) {
     const table = quoteTableName(tableName);
     // A fixed-length channel name: PostgreSQL's identifiers stop at 63 bytes.
@@ -212,6 +204,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       throw error;
     }
     return new QueryRunnerTransaction(runner, () => this.transactionSlots.release());
+  }
+
+  checkSchema(): Promise<void> {
+    return checkRecordsTable(this.dataSource, this.tableName);
   }
 
   purgeExpired(batchSize: number): Promise<number> {

@@ -8,7 +8,7 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import {
-  CreateIdempotencyRecords,
+  IdempotencyMigrations,
   IDEMPOTENCY_STORE,
   type IdempotencyClaim,
   type IdempotencyModuleOptions,
@@ -97,7 +97,7 @@ async function startApp(poolSize: number, options: IdempotencyModuleOptions, Sto
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: db.url,
-        migrations: [CreateIdempotencyRecords],
+        migrations: IdempotencyMigrations,
         migrationsRun: true,
         extra: { max: poolSize },
       }),

@@ -24,7 +24,7 @@ import type { Request, Response } from 'express';
 import { catchError, from, map, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -275,7 +275,7 @@ beforeAll(async () => {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: proxy.urlFor(db.url),
-        migrations: [CreateIdempotencyRecords],
+        migrations: IdempotencyMigrations,
         migrationsRun: true,
         extra: { connectionTimeoutMillis: 1000 },
       }),

@@ -21,7 +21,7 @@ import pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import {
-  CreateIdempotencyRecords,
+  IdempotencyMigrations,
   IdempotencyContext,
   Idempotent,
   IdempotencyModule,
@@ -143,7 +143,7 @@ beforeAll(async () => {
       TypeOrmModule.forRoot({
         type: 'postgres',
         url: proxy.urlFor(db.url),
-        migrations: [CreateIdempotencyRecords],
+        migrations: IdempotencyMigrations,
         migrationsRun: true,
         extra: { connectionTimeoutMillis: 1000 },
       }),

@@ -24,7 +24,7 @@ import type { Request, Response } from 'express';
 import { catchError, concat, from, interval, map, mergeMap, of, take, throwError, timeout, TimeoutError, timer } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { Gate, GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -198,7 +198,7 @@ beforeAll(async () => {
   await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({ singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 }),
     ],
     controllers: [OrderController],

@@ -20,7 +20,7 @@ import request from 'supertest';
 import { defer, from } from 'rxjs';
 import { request as httpRequest } from 'node:http';
 import pg from 'pg';
-import { CreateIdempotencyRecords, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { IdempotencyMigrations, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -191,7 +191,7 @@ beforeAll(async () => {
   db = await createTestDatabase();
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({
         singleTenant: true,
         headerName: 'X-Idempotency-Key',

@@ -3,7 +3,7 @@ import { Controller, type INestApplication, Post } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { CreateIdempotencyRecords, IdempotencyContext, Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -42,7 +42,7 @@ beforeAll(async () => {
   proxy = await TcpProxy.to(db.url);
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: proxy.urlFor(db.url), migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: proxy.urlFor(db.url), migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({ accountResolver: () => 'acct' }),
     ],
     controllers: [RoundTripController],

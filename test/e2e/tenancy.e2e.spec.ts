@@ -1,6 +1,6 @@
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CreateIdempotencyRecords, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 let db: TestDatabase;
@@ -20,7 +20,7 @@ async function start(options: IdempotencyModuleOptions, registration: Registrati
   const idempotency =
     registration === 'forRoot' ? IdempotencyModule.forRoot(options) : IdempotencyModule.forRootAsync({ useFactory: async () => options });
   const moduleRef = await Test.createTestingModule({
-    imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }), idempotency],
+    imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }), idempotency],
   }).compile();
   const context = await moduleRef.init();
   expect(context.get(IdempotencyService)).toBeInstanceOf(IdempotencyService);

@@ -3,7 +3,7 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
-  CreateIdempotencyRecords,
+  IdempotencyMigrations,
   IdempotencyContext,
   IdempotencyKeyReuseError,
   IdempotencyModule,
@@ -22,7 +22,7 @@ beforeAll(async () => {
   await db.query('CREATE TABLE payouts_made (key text PRIMARY KEY)');
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({ accountResolver: () => 'unused for operations' }),
     ],
   }).compile();
@@ -47,6 +47,11 @@ describe('IdempotencyService.execute', () => {
     expect(first).toEqual({ result: { payoutId: 'po_1', at: '2026-12-02T00:00:00.000Z' }, replayed: false });
     expect(second).toEqual({ result: first.result, replayed: true });
     expect(runs).toBe(1);
+    // The result is typed as what went through JSON: the Date is a string (the suite's typecheck fails otherwise).
+    const at: string = first.result.at;
+    // @ts-expect-error a Date does not come back a Date
+    const asDate: Date = first.result.at;
+    expect([at, asDate]).toEqual(['2026-12-02T00:00:00.000Z', '2026-12-02T00:00:00.000Z']);
   });
 
   it('refuses an input JSON cannot represent faithfully, naming where, before claiming anything', async () => {

@@ -6,7 +6,7 @@ import { DataSource } from 'typeorm';
 import {
   type ClaimResult,
   type ClaimTiming,
-  CreateIdempotencyRecords,
+  IdempotencyMigrations,
   IDEMPOTENCY_STORE,
   IdempotencyModule,
   IdempotencyService,
@@ -46,7 +46,7 @@ beforeAll(async () => {
   db = await createTestDatabase();
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRoot({ singleTenant: true }),
     ],
   })

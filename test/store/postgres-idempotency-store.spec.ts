@@ -2,8 +2,8 @@ import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
 import {
-  createIdempotencyRecordsMigration,
-  CreateIdempotencyRecords,
+  idempotencyMigrations,
+  IdempotencyMigrations,
   type IdempotencyScope,
   IdempotencyRecord,
   PostgresIdempotencyStore,
@@ -39,7 +39,7 @@ async function recordOf(scope: IdempotencyScope) {
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [IdempotencyRecord], migrations: [CreateIdempotencyRecords] });
+  dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [IdempotencyRecord], migrations: IdempotencyMigrations });
   await dataSource.initialize();
   await dataSource.runMigrations();
   store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');
@@ -181,12 +181,15 @@ describe('schema', () => {
     const withCustomTable = new DataSource({
       type: 'postgres',
       url: db.url,
-      migrations: [CreateIdempotencyRecords, createIdempotencyRecordsMigration('billing.idem_keys')],
+      migrations: [...IdempotencyMigrations, ...idempotencyMigrations('billing.idem_keys')],
     });
     await withCustomTable.initialize();
     try {
       const applied = await withCustomTable.runMigrations();
-      expect(applied.map((migration) => migration.name)).toEqual(['CreateIdempotencyRecordsBillingIdemKeys1764633600000']);
+      expect(applied.map((migration) => migration.name)).toEqual([
+        'CreateIdempotencyRecordsBillingIdemKeys1764633600000',
+        'IdempotencyRecordsV0_2_0BillingIdemKeys_1796256000000',
+      ]);
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();
       const attempt = randomUUID();
@@ -202,7 +205,7 @@ describe('schema', () => {
   it('quotes every name it derives from the table name, so odd characters and double quotes work', async () => {
     await db.query('CREATE SCHEMA "odd ""schema"');
     const tableName = 'odd "schema.idem"keys';
-    const withOddTable = new DataSource({ type: 'postgres', url: db.url, migrations: [createIdempotencyRecordsMigration(tableName)] });
+    const withOddTable = new DataSource({ type: 'postgres', url: db.url, migrations: idempotencyMigrations(tableName) });
     await withOddTable.initialize();
     const odd = new PostgresIdempotencyStore(withOddTable, tableName);
     try {
@@ -215,7 +218,7 @@ describe('schema', () => {
       await expect(odd.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
       await expect(odd.complete({ scope, attempt }, response, 0.001)).resolves.toBe(true);
       await waitFor(async () => ((await odd.purgeExpired(10)) === 1 ? true : undefined), 'the record to expire and be purged');
-      await withOddTable.undoLastMigration();
+      for (const _ of idempotencyMigrations(tableName)) await withOddTable.undoLastMigration();
       await expect(db.query(`SELECT to_regclass('"odd ""schema"."idem""keys"') AS table`)).resolves.toEqual([{ table: null }]);
     } finally {
       await odd.close();

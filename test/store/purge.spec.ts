@@ -1,7 +1,7 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { CreateIdempotencyRecords, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -17,7 +17,7 @@ async function startModule(options: IdempotencyModuleOptions): Promise<Idempoten
   // forRootAsync on a named data source: options come from an injected provider of an imported module.
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ name: 'records', type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true }),
+      TypeOrmModule.forRoot({ name: 'records', type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
       IdempotencyModule.forRootAsync({
         dataSource: 'records',
         imports: [SettingsModule],
