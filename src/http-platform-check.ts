@@ -1,5 +1,6 @@
 import { type HttpServer, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { RAW_BODY_SETTING } from './idempotency-http.js';
 
 /** The adapter's methods that register body parsers, handing them the application's `rawBody` option second. */
@@ -26,13 +27,13 @@ export class HttpPlatformCheck implements OnModuleInit {
     if (!adapter) return;
     const platform = adapter.getType();
     if (platform !== 'express') {
-      throw new Error(
+      throw new IdempotencySetupError(
         `IdempotencyModule supports only the Express platform (@nestjs/platform-express) for now, and this application ` +
           `runs on ${platform}: create it with Nest's default Express adapter, or leave IdempotencyModule out of it.`,
       );
     }
     if (this.parsersKeepRawBody === false) {
-      throw new Error(
+      throw new IdempotencySetupError(
         'IdempotencyModule fingerprints the raw body bytes of requests, and this application was created without ' +
           `\`rawBody: true\`: create it with ${RAW_BODY_SETTING}.`,
       );

@@ -2,6 +2,7 @@ import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
 import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
@@ -34,7 +35,7 @@ function postgresStoreProvider(dataSourceName: string | undefined): Provider {
     // Optional, so that a missing data source is refused with the fix rather than Nest's unresolved dependency.
     inject: [{ token: getDataSourceToken(dataSourceName), optional: true }, IDEMPOTENCY_MODULE_OPTIONS],
     useFactory: (dataSource: DataSource | undefined, options: IdempotencyModuleOptions) => {
-      if (!dataSource) throw new Error(missingDataSourceMessage(dataSourceName));
+      if (!dataSource) throw new IdempotencySetupError(missingDataSourceMessage(dataSourceName));
       return new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME);
     },
   };

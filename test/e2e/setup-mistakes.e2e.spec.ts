@@ -5,7 +5,13 @@ import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import express from 'express';
 import request from 'supertest';
-import { CreateIdempotencyRecords, Idempotent, IdempotencyModule, type IdempotencyModuleOptions } from '../../src/index.js';
+import {
+  Idempotent,
+  IdempotencyMigrations,
+  IdempotencyModule,
+  type IdempotencyModuleOptions,
+  IdempotencySetupError,
+} from '../../src/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -54,7 +60,7 @@ afterAll(async () => {
 });
 
 const database = (name?: string) =>
-  TypeOrmModule.forRoot({ name, type: 'postgres', url: db.url, migrations: [CreateIdempotencyRecords], migrationsRun: true });
+  TypeOrmModule.forRoot({ name, type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true });
 
 /** Compiles an application module with the module under `options` and the charges routes. */
 async function compile(options: IdempotencyModuleOptions & { dataSource?: string }, databaseName?: string) {
@@ -64,9 +70,16 @@ async function compile(options: IdempotencyModuleOptions & { dataSource?: string
   }).compile();
 }
 
+/** Expects a start-up refusal: an `IdempotencySetupError` with `message`. */
+async function expectSetupError(starting: Promise<unknown>, message: RegExp): Promise<void> {
+  const error = await starting.then(() => undefined, (reason: unknown) => reason);
+  expect(error).toBeInstanceOf(IdempotencySetupError);
+  expect((error as Error).message).toMatch(message);
+}
+
 /** Expects `app` to refuse to start with `message`, then closes what it had opened. */
 async function expectRefusal(app: INestApplication, message: RegExp): Promise<void> {
-  await expect(app.init()).rejects.toThrow(message);
+  await expectSetupError(app.init(), message);
   await app.close();
 }
 
@@ -123,13 +136,15 @@ describe('option values', () => {
 
 describe('the data source', () => {
   it('a named data source without `dataSource` is refused with a hint at the option', async () => {
-    await expect(compile({ singleTenant: true }, 'ledger')).rejects.toThrow(
+    await expectSetupError(
+      compile({ singleTenant: true }, 'ledger'),
       /on the default TypeORM data source, and the application has none: .*`IdempotencyModule\.forRoot\(\{ \.\.\., dataSource: '/,
     );
   });
 
   it('a `dataSource` that names no data source is refused, saying so', async () => {
-    await expect(compile({ singleTenant: true, dataSource: 'ledgr' }, 'ledger')).rejects.toThrow(
+    await expectSetupError(
+      compile({ singleTenant: true, dataSource: 'ledgr' }, 'ledger'),
       /was given `dataSource: 'ledgr'`, but the application has no TypeORM data source of that name/,
     );
   });
