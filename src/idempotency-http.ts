@@ -1,5 +1,5 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IdempotencyBodyUnavailableError, type IdempotencyError } from './idempotency.errors.js';
+import { IdempotencyBodyUnavailableError, type IdempotencyError, IdempotencyMisconfiguredError } from './idempotency.errors.js';
 import type { FingerprintInput } from './idempotency-options.interface.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 import { sendSealed } from './response-capture.js';
@@ -12,16 +12,35 @@ export interface HttpRequest extends IncomingMessage {
   originalUrl?: string;
   /** Set by Nest when the application is created with `rawBody: true`. */
   rawBody?: Buffer;
+  /** Set by a body parser that read the body (Express 5 leaves it undefined otherwise). */
+  body?: unknown;
   /** The matched route. */
   route?: { path?: string };
 }
 
-/** The raw body bytes as received; the parsed body is never re-serialized. */
+/** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */
+const RAW_BODY_MEDIA_TYPES: ReadonlySet<string> = new Set(['application/json', 'application/x-www-form-urlencoded']);
+
+/** Where an application keeps the raw body bytes that fingerprints are computed from. */
+export const RAW_BODY_SETTING =
+  '`NestFactory.create(AppModule, { rawBody: true })` (in tests, `moduleRef.createNestApplication({ rawBody: true })`)';
+
+const RAW_BODY_FIX =
+  'Idempotent requests are fingerprinted on their raw body bytes, and this application does not keep them as ' +
+  `\`req.rawBody\`: create it with ${RAW_BODY_SETTING}; body parsers of its own (registered with \`app.use()\`, or ` +
+  'with `bodyParser: false`) must keep them as well.';
+
+/**
+ * The raw body bytes as received; the parsed body is never re-serialized. A body that a parser read, or that
+ * Nest's parsers would have read, without its raw bytes is the application's set-up, not the client's fault.
+ */
 export function rawBodyOf(request: HttpRequest): Buffer {
   if (request.rawBody) return request.rawBody;
   const declaresBody = Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
-  if (declaresBody) throw new IdempotencyBodyUnavailableError();
-  return Buffer.alloc(0);
+  if (!declaresBody) return Buffer.alloc(0);
+  const mediaType = contentTypeOf(request).split(';')[0];
+  if (request.body !== undefined || RAW_BODY_MEDIA_TYPES.has(mediaType)) throw new IdempotencyMisconfiguredError(RAW_BODY_FIX);
+  throw new IdempotencyBodyUnavailableError(mediaType);
 }
 
 /** The requested path with its query, as received. */

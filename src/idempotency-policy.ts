@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
+import { describedValue } from './described-value.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
@@ -106,7 +107,7 @@ export function resolveDataSourceSettings(options: IdempotencyModuleOptions): {
 export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
   if (replayCache === false) return undefined;
   if (typeof replayCache !== 'object' || replayCache === null) {
-    throw new RangeError(`Idempotency option replayCache must be false or an object of limits, got ${replayCache}`);
+    throw new RangeError(`Idempotency option replayCache must be false or an object of limits, got ${describedValue(replayCache)}`);
   }
   return {
     maxEntries: positiveInteger('replayCache.maxEntries', replayCache.maxEntries ?? 10_000),
@@ -143,28 +144,28 @@ export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOpti
 
 function positive(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0) {
-    throw new RangeError(`Idempotency option ${name} must be a positive number, got ${value}`);
+    throw new RangeError(`Idempotency option ${name} must be a positive number, got ${describedValue(value)}`);
   }
   return value;
 }
 
 function positiveInteger(name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value <= 0) {
-    throw new RangeError(`Idempotency option ${name} must be a positive integer, got ${value}`);
+    throw new RangeError(`Idempotency option ${name} must be a positive integer, got ${describedValue(value)}`);
   }
   return value;
 }
 
 function wholeNumber(name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value < 0) {
-    throw new RangeError(`Idempotency option ${name} must be a whole number, got ${value}`);
+    throw new RangeError(`Idempotency option ${name} must be a whole number, got ${describedValue(value)}`);
   }
   return value;
 }
 
 function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
   if (!(allowed as readonly string[]).includes(value)) {
-    throw new RangeError(`Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${value}`);
+    throw new RangeError(`Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${describedValue(value)}`);
   }
   return value as T;
 }

@@ -32,12 +32,38 @@ export class IdempotencyKeyInvalidError extends IdempotencyError {
 }
 
 export class IdempotencyBodyUnavailableError extends IdempotencyError {
-  constructor() {
+  constructor(contentType: string) {
     super(
       'idempotency_body_unsupported',
-      'The body of this request could not be read for its fingerprint: send it as JSON or as form data ' +
-        '(servers: create the Nest application with `rawBody: true`).',
+      `The body of this request (${contentType || 'sent without a Content-Type'}) cannot be fingerprinted for idempotency: ` +
+        'send it as application/json or application/x-www-form-urlencoded.',
       HttpStatus.UNSUPPORTED_MEDIA_TYPE,
+    );
+  }
+}
+
+/**
+ * The application is set up in a way the module cannot work with (its body parsers keep no raw bytes, say): the
+ * client is not at fault. `setupFix`, which names the fix, is for the application's log, never for the client.
+ */
+export class IdempotencyMisconfiguredError extends IdempotencyError {
+  constructor(readonly setupFix: string) {
+    super(
+      'idempotency_misconfigured',
+      'This server is misconfigured for idempotent requests, so the request was not processed. ' +
+        'Retrying will not help until the server is fixed.',
+      HttpStatus.INTERNAL_SERVER_ERROR,
+    );
+  }
+}
+
+/** The application's `accountResolver` failed or gave no account, so the request could not be scoped (and did not run). */
+export class IdempotencyAccountUnresolvedError extends IdempotencyError {
+  constructor() {
+    super(
+      'idempotency_account_unresolved',
+      'This server could not tell which account the request belongs to, so the request was not processed.',
+      HttpStatus.INTERNAL_SERVER_ERROR,
     );
   }
 }

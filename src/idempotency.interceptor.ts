@@ -22,7 +22,12 @@ import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { type AbstractHttpAdapter, HttpAdapterHost, Reflector } from '@nestjs/core';
 import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
 import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
-import { IdempotencyError, IdempotencyKeyRequiredError } from './idempotency.errors.js';
+import {
+  IdempotencyAccountUnresolvedError,
+  IdempotencyError,
+  IdempotencyKeyRequiredError,
+  IdempotencyMisconfiguredError,
+} from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import {
@@ -34,13 +39,14 @@ import {
   setRetryAfter,
 } from './idempotency-http.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+import type { FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
 import type { StoredResponse } from './idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
 import { isSerializableBody, responseForValue } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
+import { describedValue } from './described-value.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
 type PipelineEnd =
@@ -94,7 +100,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
   private readonly logger = new Logger('Idempotency');
   /** Per controller class, then per handler: an inherited handler is shared by the classes that inherit it. */
   private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
-  private readonly warnedEndpoints = new Set<string>();
+  /** What has been logged already of what is logged once (per endpoint, or per set-up problem). */
+  private readonly loggedOnce = new Set<string>();
 
   constructor(
     private readonly reflector: Reflector,
@@ -121,8 +128,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       if (policy.required) throw new IdempotencyKeyRequiredError(policy.headerName);
       return next.handle();
     }
-    const scope = { account: await accountOf(context, policy), endpoint: endpointOf(request), key };
-    const fingerprint = policy.fingerprint(fingerprintInputOf(request));
+    const scope = { account: await this.accountOf(context, policy), endpoint: endpointOf(request), key };
+    const fingerprint = policy.fingerprint(this.fingerprintInputOf(request));
 
     const decision = await this.idempotency.begin(scope, fingerprint, policy).catch((error: unknown) => {
       if (error instanceof IdempotencyError && error.retryAfterSeconds !== undefined) {
@@ -311,20 +318,60 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     return plan;
   }
 
-  private warnOnce(endpoint: string, reason: string): void {
-    if (this.warnedEndpoints.has(endpoint)) return;
-    this.warnedEndpoints.add(endpoint);
-    this.logger.warn(`Responses of ${endpoint} are not stored for replay (${reason}); their claims are released.`);
+  /**
+   * The account a request belongs to. A resolver that fails, or gives no account, is the application's mistake (a
+   * public route under a resolver that reads what a guard sets): answered 500 before anything is claimed, and
+   * logged once per route with the reason. An `HttpException` it throws (a 401, say) is its answer, and passes.
+   */
+  private async accountOf(context: ExecutionContext, policy: IdempotencyPolicy): Promise<string> {
+    if (!policy.accountResolver) return '';
+    let account: unknown;
+    try {
+      account = await policy.accountResolver(context);
+    } catch (error) {
+      if (error instanceof HttpException) throw error;
+      throw this.accountUnresolved(context, `it threw ${error}`);
+    }
+    if ((typeof account !== 'string' && typeof account !== 'number') || account === '') {
+      throw this.accountUnresolved(context, `it returned ${describedValue(account)}`);
+    }
+    return String(account);
   }
-}
 
-async function accountOf(context: ExecutionContext, policy: IdempotencyPolicy): Promise<string> {
-  if (!policy.accountResolver) return '';
-  const account: unknown = await policy.accountResolver(context);
-  if ((typeof account !== 'string' && typeof account !== 'number') || account === '') {
-    throw new Error('The idempotency accountResolver returned no account: authenticate the request before it runs.');
+  private accountUnresolved(context: ExecutionContext, reason: string): IdempotencyAccountUnresolvedError {
+    const endpoint = endpointOf(context.switchToHttp().getRequest<HttpRequest>());
+    this.logOnce(`account ${endpoint}`, () =>
+      this.logger.error(
+        `The accountResolver gave no account for ${context.getClass().name}.${context.getHandler().name} (${endpoint}): ` +
+          `${reason}. Its requests are answered 500 idempotency_account_unresolved and do not run. The resolver runs ` +
+          'after guards: a route without the guard it relies on (a public route) needs a resolver of its own, ' +
+          '`@Idempotent({ accountResolver })`.',
+      ),
+    );
+    return new IdempotencyAccountUnresolvedError();
   }
-  return String(account);
+
+  /** What the request's fingerprint is computed from; a set-up problem it reveals is logged once, with its fix. */
+  private fingerprintInputOf(request: HttpRequest): FingerprintInput {
+    try {
+      return fingerprintInputOf(request);
+    } catch (error) {
+      if (error instanceof IdempotencyMisconfiguredError) this.logOnce(error.setupFix, () => this.logger.error(error.setupFix));
+      throw error;
+    }
+  }
+
+  private warnOnce(endpoint: string, reason: string): void {
+    this.logOnce(`unstored ${endpoint}`, () =>
+      this.logger.warn(`Responses of ${endpoint} are not stored for replay (${reason}); their claims are released.`),
+    );
+  }
+
+  private logOnce(about: string, log: () => void): void {
+    if (this.loggedOnce.has(about)) return;
+    this.loggedOnce.add(about);
+    log();
+  }
 }
 
 /**

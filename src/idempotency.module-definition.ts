@@ -2,6 +2,7 @@ import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_STORE } from './idempotency.constants.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
 import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
@@ -26,11 +27,23 @@ export const {
     global: extras.isGlobal,
     providers: [
       ...(definition.providers ?? []),
-      { provide: IDEMPOTENCY_DATA_SOURCE, useExisting: getDataSourceToken(extras.dataSource) },
+      dataSourceProvider(extras.dataSource),
       postgresStoreProvider(),
     ],
   }))
   .build();
+
+function dataSourceProvider(dataSourceName: string | undefined): Provider {
+  return {
+    provide: IDEMPOTENCY_DATA_SOURCE,
+    // Optional, so that a missing data source is refused with the fix rather than Nest's unresolved dependency.
+    inject: [{ token: getDataSourceToken(dataSourceName), optional: true }],
+    useFactory: (dataSource: DataSource | undefined) => {
+      if (!dataSource) throw new IdempotencySetupError(missingDataSourceMessage(dataSourceName));
+      return dataSource;
+    },
+  };
+}
 
 function postgresStoreProvider(): Provider {
   return {
@@ -39,4 +52,18 @@ function postgresStoreProvider(): Provider {
     useFactory: (dataSource: DataSource, options: IdempotencyModuleOptions) =>
       new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME),
   };
+}
+
+function missingDataSourceMessage(dataSourceName: string | undefined): string {
+  if (dataSourceName !== undefined) {
+    return (
+      `IdempotencyModule was given \`dataSource: '${dataSourceName}'\`, but the application has no TypeORM data source ` +
+      `of that name: pass the \`name\` given to \`TypeOrmModule.forRoot({ name, ... })\`.`
+    );
+  }
+  return (
+    'IdempotencyModule keeps its records on the default TypeORM data source, and the application has none: import ' +
+    "`TypeOrmModule.forRoot(...)`, or, if the data source is named (`TypeOrmModule.forRoot({ name: 'billing', ... })`), " +
+    "pass its name beside the options: `IdempotencyModule.forRoot({ ..., dataSource: 'billing' })`."
+  );
 }

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENCY_STORE, IDEMPOTENT_ROUTES_TRACKED } from './idempotency.constants.js';
+import { HttpPlatformCheck } from './http-platform-check.js';
 import { trackIdempotentRoutes } from './idempotent-routes.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyInterceptor } from './idempotency.interceptor.js';
@@ -19,6 +20,7 @@ import { RunTransactionBinding } from './run-transaction-binding.js';
     IdempotencyService,
     IdempotencyContext,
     RunTransactionBinding,
+    HttpPlatformCheck,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
   ],

@@ -37,11 +37,13 @@ export { IdempotencyRecord } from './idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './migrations/idempotency-migrations.js';
 export { IdempotencySetupError } from './idempotency-setup.error.js';
 export {
+  IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,
   IdempotencyError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
+  IdempotencyMisconfiguredError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,

@@ -1,0 +1,55 @@
+import { type HttpServer, Injectable, type OnModuleInit } from '@nestjs/common';
+import { HttpAdapterHost } from '@nestjs/core';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
+import { RAW_BODY_SETTING } from './idempotency-http.js';
+
+/** The adapter's methods that register body parsers, handing them the application's `rawBody` option second. */
+type BodyParserRegistrations = Pick<HttpServer, 'registerParserMiddleware' | 'useBodyParser'>;
+
+/**
+ * Refuses to start an HTTP application the module cannot serve: one on another platform than Express (whose
+ * idempotent requests would all fail), or one whose body parsers keep no raw bytes (created without `rawBody: true`,
+ * so that no request with a body could be fingerprinted). An application without HTTP (a worker) is not checked.
+ */
+@Injectable()
+export class HttpPlatformCheck implements OnModuleInit {
+  /** The `rawBody` option Nest registered its body parsers with, once it has. */
+  private parsersKeepRawBody?: boolean;
+
+  constructor(private readonly adapterHost: HttpAdapterHost) {
+    // Nest does not keep its `rawBody` option where a provider can read it: it hands it to the adapter when it
+    // registers the body parsers, in `init()`, after the adapter is set (in tests, after the providers are created).
+    adapterHost.init$.subscribe(() => this.watchBodyParsers(adapterHost.httpAdapter));
+  }
+
+  onModuleInit(): void {
+    const adapter = this.adapterHost.httpAdapter;
+    if (!adapter) return;
+    const platform = adapter.getType();
+    if (platform !== 'express') {
+      throw new IdempotencySetupError(
+        `IdempotencyModule supports only the Express platform (@nestjs/platform-express) for now, and this application ` +
+          `runs on ${platform}: create it with Nest's default Express adapter, or leave IdempotencyModule out of it.`,
+      );
+    }
+    if (this.parsersKeepRawBody === false) {
+      throw new IdempotencySetupError(
+        'IdempotencyModule fingerprints the raw body bytes of requests, and this application was created without ' +
+          `\`rawBody: true\`: create it with ${RAW_BODY_SETTING}.`,
+      );
+    }
+  }
+
+  private watchBodyParsers(adapter: BodyParserRegistrations | undefined): void {
+    if (!adapter) return;
+    // The parsers Nest registers itself, and those of `app.useBodyParser()`.
+    for (const method of ['registerParserMiddleware', 'useBodyParser'] as const) {
+      const register = adapter[method];
+      if (!register) continue;
+      adapter[method] = (first: unknown, rawBody?: unknown, ...rest: unknown[]) => {
+        this.parsersKeepRawBody = rawBody === true;
+        return register.call(adapter, first, rawBody, ...rest);
+      };
+    }
+  }
+}

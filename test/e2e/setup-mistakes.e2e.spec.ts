@@ -1,0 +1,215 @@
+import { randomUUID } from 'node:crypto';
+import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { Test } from '@nestjs/testing';
+import { TypeOrmModule } from '@nestjs/typeorm';
+import express from 'express';
+import request from 'supertest';
+import {
+  Idempotent,
+  IdempotencyMigrations,
+  IdempotencyModule,
+  type IdempotencyModuleOptions,
+  IdempotencySetupError,
+} from '../../src/index.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+
+/** Counts its runs, so that a test can tell a refused request never reached it. */
+@Controller('charges')
+class ChargesController {
+  runs = 0;
+
+  @Post()
+  @Idempotent()
+  create(@Body() body: unknown) {
+    this.runs += 1;
+    return { charged: body };
+  }
+
+  /** A public route: a resolver of its own, which needs no user. */
+  @Post('public')
+  @Idempotent({ accountResolver: () => 'public' })
+  createPublic(@Body() body: unknown) {
+    return this.create(body);
+  }
+
+  /** A route whose resolver gives no account. */
+  @Post('no-account')
+  @Idempotent({ accountResolver: () => '' })
+  noAccount() {
+    this.runs += 1;
+    return {};
+  }
+}
+
+/** The quick start's resolver, which reads the user a guard sets: these routes have no guard. */
+const accountOfUser: IdempotencyModuleOptions['accountResolver'] = (context) =>
+  context.switchToHttp().getRequest<{ user: { accountId: string } }>().user.accountId;
+
+let db: TestDatabase;
+/** Nest's logger is process-wide: every application of this file logs here. */
+const logger = new RecordingLogger();
+
+beforeAll(async () => {
+  db = await createTestDatabase();
+});
+
+afterAll(async () => {
+  await db?.drop();
+});
+
+const database = (name?: string) =>
+  TypeOrmModule.forRoot({ name, type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true });
+
+/** Compiles an application module with the module under `options` and the charges routes. */
+async function compile(options: IdempotencyModuleOptions & { dataSource?: string }, databaseName?: string) {
+  return Test.createTestingModule({
+    imports: [database(databaseName), IdempotencyModule.forRoot(options)],
+    controllers: [ChargesController],
+  }).compile();
+}
+
+/** Expects a start-up refusal: an `IdempotencySetupError` with `message`. */
+async function expectSetupError(starting: Promise<unknown>, message: RegExp): Promise<void> {
+  const error = await starting.then(() => undefined, (reason: unknown) => reason);
+  expect(error).toBeInstanceOf(IdempotencySetupError);
+  expect((error as Error).message).toMatch(message);
+}
+
+/** Expects `app` to refuse to start with `message`, then closes what it had opened. */
+async function expectRefusal(app: INestApplication, message: RegExp): Promise<void> {
+  await expectSetupError(app.init(), message);
+  await app.close();
+}
+
+const recordCount = async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
+const errorsAbout = (text: string) => logger.errors.filter((line) => line.includes(text));
+
+describe('the raw body', () => {
+  it('an application created without rawBody: true refuses to start, naming the setting', async () => {
+    const app = (await compile({ singleTenant: true })).createNestApplication({ logger });
+    await expectRefusal(app, /created without `rawBody: true`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/);
+  });
+
+  it('a body parsed without its raw bytes (a parser of the application) is a 500 of the server, logged once with the fix', async () => {
+    const app = (await compile({ singleTenant: true })).createNestApplication({ rawBody: true, logger });
+    app.use(express.json()); // registered first, so Nest leaves out its own JSON parser, which would keep the bytes
+    await app.init();
+    try {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const response = await request(app.getHttpServer()).post('/charges').set('Idempotency-Key', randomUUID()).send({ amount: 1 });
+        expect(response.status).toBe(500);
+        expect(response.body.error).toBe('idempotency_misconfigured');
+        expect(response.body.message).toMatch(/server is misconfigured.*Retrying will not help until the server is fixed/);
+      }
+      expect(app.get(ChargesController).runs).toBe(0);
+      expect(await recordCount()).toBe(0);
+      expect(errorsAbout('raw body bytes')).toEqual([
+        expect.stringMatching(/does not keep them as `req\.rawBody`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/),
+      ]);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('Fastify', () => {
+  it('refuses to start, saying that only @nestjs/platform-express is supported for now', async () => {
+    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), { rawBody: true, logger });
+    await expectRefusal(app, /supports only the Express platform \(@nestjs\/platform-express\) for now, and this application runs on fastify/);
+  });
+});
+
+describe('option values', () => {
+  /** As a configuration service reads them from the environment: strings. */
+  const environment: Record<string, any> = { TTL: '3600', BATCH: '1000', RETRIES: '5' };
+
+  it.each([
+    ['ttlSeconds', { ttlSeconds: environment.TTL }, /ttlSeconds must be a positive number, got the string "3600"/],
+    ['purgeBatchSize', { purgeBatchSize: environment.BATCH }, /purgeBatchSize must be a positive integer, got the string "1000"/],
+    ['finalizeRetries', { finalizeRetries: environment.RETRIES }, /finalizeRetries must be a whole number, got the string "5"/],
+  ])('a string for %s is refused at start-up, saying it is a string', async (_name, options, message) => {
+    await expect(compile({ singleTenant: true, ...options })).rejects.toThrow(message);
+  });
+});
+
+describe('the data source', () => {
+  it('a named data source without `dataSource` is refused with a hint at the option', async () => {
+    await expectSetupError(
+      compile({ singleTenant: true }, 'ledger'),
+      /on the default TypeORM data source, and the application has none: .*`IdempotencyModule\.forRoot\(\{ \.\.\., dataSource: '/,
+    );
+  });
+
+  it('a `dataSource` that names no data source is refused, saying so', async () => {
+    await expectSetupError(
+      compile({ singleTenant: true, dataSource: 'ledgr' }, 'ledger'),
+      /was given `dataSource: 'ledgr'`, but the application has no TypeORM data source of that name/,
+    );
+  });
+});
+
+describe('requests the module answers itself', () => {
+  let app: INestApplication;
+
+  beforeAll(async () => {
+    app = (await compile({ accountResolver: accountOfUser })).createNestApplication({ rawBody: true, logger });
+    await app.init();
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  const charge = (path = '/charges') => request(app.getHttpServer()).post(path).set('Idempotency-Key', randomUUID());
+
+  it('a body of an unsupported type is a 415 that names the supported ones', async () => {
+    const response = await charge('/charges/public').set('Content-Type', 'text/plain').send('amount=1');
+    expect(response.status).toBe(415);
+    expect(response.body.error).toBe('idempotency_body_unsupported');
+    expect(response.body.message).toBe(
+      'The body of this request (text/plain) cannot be fingerprinted for idempotency: send it as application/json or ' +
+        'application/x-www-form-urlencoded.',
+    );
+  });
+
+  it('a multipart body is a 415 that names multipart/form-data and what is supported instead', async () => {
+    const response = await charge('/charges/public').field('amount', '1');
+    expect(response.status).toBe(415);
+    expect(response.body.error).toBe('idempotency_body_unsupported');
+    expect(response.body.message).toMatch(/\(multipart\/form-data\) cannot be .* send it as application\/json or application\/x-www-form-urlencoded/);
+  });
+
+  it('an accountResolver that throws (no guard set the user) is a 500 of the module, logged once for the route', async () => {
+    const before = await recordCount();
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const response = await charge().send({ amount: 1 });
+      expect(response.status).toBe(500);
+      expect(response.body).toEqual({
+        statusCode: 500,
+        error: 'idempotency_account_unresolved',
+        message: 'This server could not tell which account the request belongs to, so the request was not processed.',
+      });
+    }
+    expect(app.get(ChargesController).runs).toBe(0);
+    expect(await recordCount()).toBe(before);
+    expect(errorsAbout('(POST /charges)')).toEqual([
+      expect.stringMatching(
+        /ChargesController\.create \(POST \/charges\): it threw TypeError: Cannot read properties of undefined .*runs after guards.*`@Idempotent\(\{ accountResolver \}\)`/,
+      ),
+    ]);
+  });
+
+  it('an accountResolver that returns no account is a 500 of the module, logged once with what it returned', async () => {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      const response = await request(app.getHttpServer()).post('/charges/no-account').set('Idempotency-Key', randomUUID()).send({});
+      expect(response.status).toBe(500);
+      expect(response.body.error).toBe('idempotency_account_unresolved');
+    }
+    expect(app.get(ChargesController).runs).toBe(0);
+    expect(errorsAbout('(POST /charges/no-account)')).toEqual([
+      expect.stringMatching(/ChargesController\.noAccount \(POST \/charges\/no-account\): it returned the string ""/),
+    ]);
+  });
+});
