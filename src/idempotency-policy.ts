@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
 import { describedValue } from './described-value.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
@@ -43,13 +44,13 @@ export function isFinalStatusByDefault(status: number): boolean {
  */
 export function checkTenancy({ accountResolver, singleTenant }: IdempotencyModuleOptions): void {
   if (accountResolver && singleTenant) {
-    throw new Error(
+    throw new IdempotencySetupError(
       'IdempotencyModule got both `accountResolver` and `singleTenant: true`, which contradict each other: keep ' +
         '`accountResolver` if requests belong to different tenants, or drop it if the API has a single tenant.',
     );
   }
   if (!accountResolver && !singleTenant) {
-    throw new Error(
+    throw new IdempotencySetupError(
       'IdempotencyModule needs to know who a key belongs to: pass `accountResolver` (the tenant of a request, by ' +
         'which keys are scoped) or, if the API has a single tenant or its keys are unique across tenants, `singleTenant: true`.',
     );

@@ -1,6 +1,6 @@
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IdempotencyMigrations, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyModule, IdempotencySetupError, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -36,6 +36,10 @@ describe.each<Registration>(['forRoot', 'forRootAsync'])('tenancy, with %s', (re
     await expect(start({}, registration)).rejects.toThrow(
       /IdempotencyModule needs to know who a key belongs to: pass `accountResolver`.*`singleTenant: true`/,
     );
+  });
+
+  it('refuses with an IdempotencySetupError, the error of set-up mistakes', async () => {
+    await expect(start({}, registration)).rejects.toBeInstanceOf(IdempotencySetupError);
   });
 
   it('refuses to start with singleTenant: false and no accountResolver', async () => {

@@ -308,7 +308,7 @@ describe('by default (enlistDataSource: false)', () => {
     const key = randomUUID();
     expect((await post(byDefault.url, '/ledger/injected', key).set('X-Fail', 'true')).status).toBe(500);
     expect(takeErrors()).toEqual([
-      expect.stringMatching(/^An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction.* Idempotency$/),
+      expect.stringMatching(/^ERROR \[Idempotency\] An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction: it commits on its own/),
       handlerFailure,
     ]);
     // What the log warns of: the write committed on its own, so the retry writes it a second time.
