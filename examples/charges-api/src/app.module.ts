@@ -37,6 +37,8 @@ import { PaymentProvider } from './payment-provider.js';
         // A write that would escape the run's transaction fails instead of committing on its own.
         onTransactionEscape: 'throw',
         ttlSeconds: Number(config.get('IDEMPOTENCY_TTL_SECONDS', 86_400)),
+        // 'conflict' (409 while a key is in progress) or 'wait' (wait for the first attempt's outcome).
+        inFlight: inFlightMode(config.get<string>('IDEMPOTENCY_IN_FLIGHT', 'conflict')),
       }),
     }),
   ],
@@ -44,3 +46,10 @@ import { PaymentProvider } from './payment-provider.js';
   providers: [ChargesService, PaymentProvider],
 })
 export class AppModule {}
+
+function inFlightMode(value: string): 'conflict' | 'wait' {
+  if (value !== 'conflict' && value !== 'wait') {
+    throw new Error(`IDEMPOTENCY_IN_FLIGHT must be "conflict" or "wait", got "${value}"`);
+  }
+  return value;
+}

@@ -50,9 +50,9 @@ export interface TestApp {
 }
 
 /** The application as main.ts makes it (rawBody: true), on the given database. */
-export async function startApp(databaseUrl: string): Promise<TestApp> {
-  // AppModule reads DATABASE_URL through @nestjs/config, which reads the environment.
-  process.env.DATABASE_URL = databaseUrl;
+export async function startApp(databaseUrl: string, env: Record<string, string> = {}): Promise<TestApp> {
+  // AppModule reads its settings through @nestjs/config, which reads the environment (this test file's copy).
+  Object.assign(process.env, env, { DATABASE_URL: databaseUrl });
   const moduleRef = await Test.createTestingModule({ imports: [AppModule] }).compile();
   const app = moduleRef.createNestApplication({ rawBody: true });
   app.enableShutdownHooks();
