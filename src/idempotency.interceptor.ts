@@ -332,7 +332,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       if (error instanceof HttpException) throw error;
       throw this.accountUnresolved(context, `it threw ${error}`);
     }
-    if ((typeof account !== 'string' && typeof account !== 'number') || account === '') {
+    if ((typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) || account === '') {
       throw this.accountUnresolved(context, `it returned ${describedValue(account)}`);
     }
     return String(account);

@@ -55,7 +55,7 @@ export async function checkRecordsTable(dataSource: DataSource, tableName: strin
   }
   const [key] = (await dataSource.query(
     `SELECT count(*)::int AS n FROM pg_index i
-     WHERE i.indrelid = $1 AND i.indisunique AND i.indpred IS NULL AND i.indnkeyatts = $2
+     WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indnkeyatts = $2
        AND (SELECT array_agg(attname::text ORDER BY attname) FROM pg_attribute
             WHERE attrelid = i.indrelid AND attnum = ANY (i.indkey::int2[])) = $3::text[]`,
     [table.oid, SCOPE_COLUMNS.length, [...SCOPE_COLUMNS].sort()],

@@ -34,6 +34,14 @@ class ChargesController {
     return this.create(body);
   }
 
+  /** A route whose resolver reads a numeric id the request lacks: `Number(undefined)` is NaN. */
+  @Post('nan-account')
+  // (`getRequest()` is `any` unless typed, so a resolver like this one compiles without the cast in many apps.)
+  @Idempotent({ accountResolver: (context) => Number(context.switchToHttp().getRequest<{ user?: { id: number } }>().user?.id) as unknown as string })
+  nanAccount() {
+    return {};
+  }
+
   /** A route whose resolver gives no account. */
   @Post('no-account')
   @Idempotent({ accountResolver: () => '' })
@@ -199,6 +207,14 @@ describe('requests the module answers itself', () => {
         /ChargesController\.create \(POST \/charges\): it threw TypeError: Cannot read properties of undefined .*runs after guards.*`@Idempotent\(\{ accountResolver \}\)`/,
       ),
     ]);
+  });
+
+  // Review of issue #10: NaN is a number, so it passed as the account "NaN", shared by every request without a user.
+  it('an accountResolver that returns NaN is a 500 of the module, not the account "NaN"', async () => {
+    const response = await request(app.getHttpServer()).post('/charges/nan-account').set('Idempotency-Key', randomUUID()).send({});
+    expect(response.status).toBe(500);
+    expect(response.body.error).toBe('idempotency_account_unresolved');
+    expect(errorsAbout('(POST /charges/nan-account)')).toEqual([expect.stringMatching(/it returned the number NaN/)]);
   });
 
   it('an accountResolver that returns no account is a 500 of the module, logged once with what it returned', async () => {

@@ -166,6 +166,32 @@ describe('the check at start-up', () => {
     );
   });
 
+  // Review of issue #10: PostgreSQL's ON CONFLICT takes neither a deferrable constraint nor an invalid index (a
+  // CREATE UNIQUE INDEX CONCURRENTLY that failed) as its arbiter; with either, the check passed and every claim was
+  // answered 503 idempotency_store_unavailable, which is what the check is there to prevent.
+  it('refuses a deferrable key, which ON CONFLICT cannot use', async () => {
+    const before = async () => {
+      await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
+      await db.query(
+        'ALTER TABLE idempotency_records ADD CONSTRAINT idempotency_records_pkey PRIMARY KEY (account, endpoint, idempotency_key) DEFERRABLE',
+      );
+    };
+    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
+  });
+
+  it('refuses a unique index that is not valid (a concurrent build that failed), which ON CONFLICT ignores', async () => {
+    const before = async () => {
+      await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
+      const duplicate = `('a', 'e', 'k', 'f', 'completed', gen_random_uuid(), now(), now())`;
+      await db.query(
+        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at) VALUES ${duplicate}, ${duplicate}`,
+      );
+      await db.query('CREATE UNIQUE INDEX CONCURRENTLY records_scope ON idempotency_records (account, endpoint, idempotency_key)').catch(() => undefined);
+      await db.query('DELETE FROM idempotency_records');
+    };
+    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
+  });
+
   it('accepts a unique index on the scope in place of the primary key, in any column order', async () => {
     const before = async () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');

@@ -40,6 +40,12 @@ describe('resolvePolicy', () => {
     },
   );
 
+  // Review of issue #10: `required: config.get('IDEMPOTENCY_REQUIRED')` gives the string "false", which is truthy:
+  // the key stays required (the README's two-step rollout breaks) instead of the module refusing the string.
+  it.each(['required', 'transactional'] as const)('refuses a %s that is not a boolean, saying what it got', (name) => {
+    expect(() => resolvePolicy({ [name]: 'false' as unknown as boolean })).toThrow(/got the string "false"/);
+  });
+
   it('is checked where @Idempotent() is written, so a bad route option fails at start-up', () => {
     expect(() => Idempotent({ leaseSeconds: -1 })).toThrow(/leaseSeconds/);
     expect(() => Idempotent({ leaseSeconds: 1 })).not.toThrow();
@@ -68,6 +74,11 @@ describe('resolvePurgeSettings', () => {
 describe('resolveDataSourceSettings', () => {
   it('defaults to the data source left alone and escaping writes logged', () => {
     expect(resolveDataSourceSettings({})).toEqual({ enlist: false, onEscape: 'log' });
+  });
+
+  // Review of issue #10: `enlistDataSource: 'false'` (from the environment) turns enlistment on.
+  it('refuses an enlistDataSource that is not a boolean, saying what it got', () => {
+    expect(() => resolveDataSourceSettings({ enlistDataSource: 'false' as unknown as boolean })).toThrow(/enlistDataSource.*got the string "false"/);
   });
 
   it('refuses an unknown way to handle escaping writes', () => {
