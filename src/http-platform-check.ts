@@ -1,5 +1,6 @@
-import { type HttpServer, Injectable, type OnModuleInit } from '@nestjs/common';
+import { type HttpServer, Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
+import { IDEMPOTENT_ROUTES_TRACKED } from './idempotency.constants.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { RAW_BODY_SETTING } from './idempotency-http.js';
 
@@ -9,14 +10,18 @@ type BodyParserRegistrations = Pick<HttpServer, 'registerParserMiddleware' | 'us
 /**
  * Refuses to start an HTTP application the module cannot serve: one on another platform than Express (whose
  * idempotent requests would all fail), or one whose body parsers keep no raw bytes (created without `rawBody: true`,
- * so that no request with a body could be fingerprinted). An application without HTTP (a worker) is not checked.
+ * so that no request with a body could be fingerprinted). An application without idempotent routes (a worker, or an
+ * API that only calls `IdempotencyService.execute()`) is not checked.
  */
 @Injectable()
 export class HttpPlatformCheck implements OnModuleInit {
   /** The `rawBody` option Nest registered its body parsers with, once it has. */
   private parsersKeepRawBody?: boolean;
 
-  constructor(private readonly adapterHost: HttpAdapterHost) {
+  constructor(
+    private readonly adapterHost: HttpAdapterHost,
+    @Inject(IDEMPOTENT_ROUTES_TRACKED) private readonly idempotentRoutes: number,
+  ) {
     // Nest does not keep its `rawBody` option where a provider can read it: it hands it to the adapter when it
     // registers the body parsers, in `init()`, after the adapter is set (in tests, after the providers are created).
     adapterHost.init$.subscribe(() => this.watchBodyParsers(adapterHost.httpAdapter));
@@ -24,12 +29,12 @@ export class HttpPlatformCheck implements OnModuleInit {
 
   onModuleInit(): void {
     const adapter = this.adapterHost.httpAdapter;
-    if (!adapter) return;
+    if (!adapter || this.idempotentRoutes === 0) return;
     const platform = adapter.getType();
     if (platform !== 'express') {
       throw new IdempotencySetupError(
         `IdempotencyModule supports only the Express platform (@nestjs/platform-express) for now, and this application ` +
-          `runs on ${platform}: create it with Nest's default Express adapter, or leave IdempotencyModule out of it.`,
+          `runs on ${platform}: create it with Nest's default Express adapter (\`IdempotencyService.execute()\` works on any platform, in an application without \`@Idempotent()\` routes).`,
       );
     }
     if (this.parsersKeepRawBody === false) {

@@ -43,6 +43,7 @@ export function isFinalStatusByDefault(status: number): boolean {
  * would be answered another tenant's stored response. Both at once is refused too, as one of them is a mistake.
  */
 export function checkTenancy({ accountResolver, singleTenant }: IdempotencyModuleOptions): void {
+  if (singleTenant !== undefined) boolean('singleTenant', singleTenant);
   if (accountResolver && singleTenant) {
     throw new IdempotencySetupError(
       'IdempotencyModule got both `accountResolver` and `singleTenant: true`, which contradict each other: keep ' +
@@ -88,6 +89,11 @@ export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batch
   return { batchSize, intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds) };
 }
 
+/** The records table's name, checked. */
+export function resolveTableName(options: IdempotencyModuleOptions): string {
+  return nonEmptyString('tableName', options.tableName ?? DEFAULT_TABLE_NAME);
+}
+
 /** How long shutdown waits for running attempts, checked. */
 export function resolveShutdownTimeout(options: IdempotencyModuleOptions): number {
   return positive('shutdownTimeoutSeconds', options.shutdownTimeoutSeconds ?? 10);
@@ -99,7 +105,7 @@ export function resolveDataSourceSettings(options: IdempotencyModuleOptions): {
   onEscape: 'log' | 'throw' | 'ignore';
 } {
   return {
-    enlist: options.enlistDataSource ?? false,
+    enlist: boolean('enlistDataSource', options.enlistDataSource ?? false),
     onEscape: oneOf('onTransactionEscape', options.onTransactionEscape ?? 'log', ['log', 'throw', 'ignore'] as const),
   };
 }
@@ -119,12 +125,12 @@ export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModule
 
 export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}): IdempotencyPolicy {
   const options = { ...moduleOptions, ...withoutUndefined(routeOptions) };
-  const extraHeaders = (options.storedResponseHeaders ?? []).map((name) => name.toLowerCase());
+  const extraHeaders = stringList('storedResponseHeaders', options.storedResponseHeaders ?? []).map((name) => name.toLowerCase());
   return {
-    headerName: options.headerName ?? 'Idempotency-Key',
-    replayHeaderName: options.replayHeaderName ?? 'Idempotent-Replay',
-    required: options.required ?? true,
-    transactional: options.transactional ?? false,
+    headerName: nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key'),
+    replayHeaderName: nonEmptyString('replayHeaderName', options.replayHeaderName ?? 'Idempotent-Replay'),
+    required: boolean('required', options.required ?? true),
+    transactional: boolean('transactional', options.transactional ?? false),
     inFlight: oneOf('inFlight', options.inFlight ?? 'conflict', ['conflict', 'wait'] as const),
     inFlightWaitSeconds: positive('inFlightWaitSeconds', options.inFlightWaitSeconds ?? 5),
     ttlSeconds: positive('ttlSeconds', options.ttlSeconds ?? 24 * 60 * 60),
@@ -133,13 +139,13 @@ export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOpti
     finalizeRetries: wholeNumber('finalizeRetries', options.finalizeRetries ?? 5),
     retryAfterSeconds: positive('retryAfterSeconds', options.retryAfterSeconds ?? 2),
     storeTimeoutSeconds: positive('storeTimeoutSeconds', options.storeTimeoutSeconds ?? 5),
-    accountResolver: options.accountResolver,
-    fingerprint: options.fingerprint ?? sha256Fingerprint,
+    accountResolver: options.accountResolver === undefined ? undefined : callable('accountResolver', options.accountResolver),
+    fingerprint: callable('fingerprint', options.fingerprint ?? sha256Fingerprint),
     storedResponseHeaders: new Set(
       [...ALWAYS_STORED_HEADERS, ...extraHeaders].filter((name) => !NEVER_STORED_HEADERS.has(name)),
     ),
     maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
-    isFinalStatus: options.isFinalStatus ?? isFinalStatusByDefault,
+    isFinalStatus: callable('isFinalStatus', options.isFinalStatus ?? isFinalStatusByDefault),
   };
 }
 
@@ -169,6 +175,31 @@ function oneOf<T extends string>(name: string, value: string, allowed: readonly 
     throw new RangeError(`Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${describedValue(value)}`);
   }
   return value as T;
+}
+
+/** A flag read from the environment is a string, and `"false"` is truthy: refused rather than taken for `true`. */
+function boolean(name: string, value: boolean): boolean {
+  if (typeof value !== 'boolean') throw new TypeError(`Idempotency option ${name} must be true or false, got ${describedValue(value)}`);
+  return value;
+}
+
+function nonEmptyString(name: string, value: string): string {
+  if (typeof value !== 'string' || value.length === 0) {
+    throw new TypeError(`Idempotency option ${name} must be a non-empty string, got ${describedValue(value)}`);
+  }
+  return value;
+}
+
+function stringList(name: string, value: string[]): string[] {
+  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string')) {
+    throw new TypeError(`Idempotency option ${name} must be an array of strings, got ${describedValue(value)}`);
+  }
+  return value;
+}
+
+function callable<F extends (...args: never[]) => unknown>(name: string, value: F): F {
+  if (typeof value !== 'function') throw new TypeError(`Idempotency option ${name} must be a function, got ${describedValue(value)}`);
+  return value;
 }
 
 function withoutUndefined<T extends object>(options: T): Partial<T> {

@@ -4,7 +4,7 @@ import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_STORE } from './idempotency.constants.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
-import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
+import { resolveTableName } from './idempotency-policy.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
 
 /** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */
@@ -50,7 +50,7 @@ function postgresStoreProvider(): Provider {
     provide: IDEMPOTENCY_STORE,
     inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_MODULE_OPTIONS],
     useFactory: (dataSource: DataSource, options: IdempotencyModuleOptions) =>
-      new PostgresIdempotencyStore(dataSource, options.tableName ?? DEFAULT_TABLE_NAME),
+      new PostgresIdempotencyStore(dataSource, resolveTableName(options)),
   };
 }
 

@@ -24,7 +24,7 @@ import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { IdempotencyRun } from './idempotency-run.js';
 import { assertFaithfulJson } from './json-input.js';
-import type { Jsonified } from './jsonified.js';
+import type { JsonResult } from './jsonified.js';
 import type {
   ClaimResult,
   IdempotencyClaim,
@@ -55,10 +55,10 @@ export interface IdempotentOperation {
 
 export interface ExecuteResult<T> {
   /**
-   * The work's result as stored, through JSON (a `Date` comes back a string): the same on the first run and on every
+   * The work's result as stored, through JSON (a `Date` comes back a string, nothing comes back `null`): the same on the first run and on every
    * replay.
    */
-  result: Jsonified<T>;
+  result: JsonResult<T>;
   /** The work ran in an earlier call; this one returned its stored result. */
   replayed: boolean;
 }
@@ -555,8 +555,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 }
 
-function parseResult<T>(response: StoredResponse): Jsonified<T> {
-  return JSON.parse(response.body.toString('utf8')) as Jsonified<T>;
+function parseResult<T>(response: StoredResponse): JsonResult<T> {
+  return JSON.parse(response.body.toString('utf8')) as JsonResult<T>;
 }
 
 class StoreTimeoutError extends Error {}

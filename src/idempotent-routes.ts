@@ -10,18 +10,21 @@ type Handler = (...args: never[]) => unknown;
  * Wraps the handler of every idempotent route of the application (marked on the method, on its controller, or
  * on a base class the controller inherits from) so that the module sees the handler's real invocation.
  * Runs while Nest creates the providers, before it binds the routes to their handlers. A route inherited by a
- * marked and an unmarked controller is wrapped on the marked controller's prototype only.
+ * marked and an unmarked controller is wrapped on the marked controller's prototype only. Returns how many routes
+ * it wrapped.
  */
-export function trackIdempotentRoutes(modules: ModulesContainer, reflector: Reflector): true {
+export function trackIdempotentRoutes(modules: ModulesContainer, reflector: Reflector): number {
+  let tracked = 0;
   for (const module of modules.values()) {
     for (const wrapper of module.controllers.values()) {
-      if (typeof wrapper.metatype === 'function') trackRoutesOf(wrapper.metatype as Type, reflector);
+      if (typeof wrapper.metatype === 'function') tracked += trackRoutesOf(wrapper.metatype as Type, reflector);
     }
   }
-  return true;
+  return tracked;
 }
 
-function trackRoutesOf(controller: Type, reflector: Reflector): void {
+function trackRoutesOf(controller: Type, reflector: Reflector): number {
+  let tracked = 0;
   const own = controller.prototype as Record<string, unknown>;
   const seen = new Set<string>();
   for (let proto = own; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto) as Record<string, unknown>) {
@@ -33,6 +36,8 @@ function trackRoutesOf(controller: Type, reflector: Reflector): void {
       if (typeof handler !== 'function' || Reflect.getMetadata(PATH_METADATA, handler) === undefined) continue;
       if (!reflector.getAll(IDEMPOTENT_METADATA, [handler, controller]).some(Boolean)) continue;
       Object.defineProperty(own, name, { ...descriptor, value: trackedHandler(handler) });
+      tracked += 1;
     }
   }
+  return tracked;
 }

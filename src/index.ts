@@ -9,7 +9,7 @@ export {
   type IdempotentOperation,
   IdempotencyService,
 } from './idempotency.service.js';
-export type { Jsonified } from './jsonified.js';
+export type { Jsonified, JsonResult } from './jsonified.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './idempotency-run.js';
 export { IDEMPOTENCY_STORE } from './idempotency.constants.js';

@@ -9,6 +9,7 @@ import {
   Idempotent,
   IdempotencyMigrations,
   IdempotencyModule,
+  IdempotencyService,
   type IdempotencyModuleOptions,
   IdempotencySetupError,
 } from '../../src/index.js';
@@ -126,6 +127,29 @@ describe('Fastify', () => {
   it('refuses to start, saying that only @nestjs/platform-express is supported for now', async () => {
     const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), { rawBody: true, logger });
     await expectRefusal(app, /supports only the Express platform \(@nestjs\/platform-express\) for now, and this application runs on fastify/);
+  });
+});
+
+describe('an application without idempotent routes', () => {
+  /** Only IdempotencyService.execute() (a consumer, a job) in an application that also serves HTTP. */
+  async function compileWithoutRoutes() {
+    return Test.createTestingModule({ imports: [database(), IdempotencyModule.forRoot({ singleTenant: true })] }).compile();
+  }
+
+  it.each([
+    ['on Express without rawBody: true', () => undefined],
+    ['on Fastify', () => new FastifyAdapter()],
+  ])('starts %s, and execute() works', async (_, adapter) => {
+    const moduleRef = await compileWithoutRoutes();
+    const platform = adapter();
+    const app = platform ? moduleRef.createNestApplication(platform, { logger }) : moduleRef.createNestApplication({ logger });
+    try {
+      await app.init();
+      const { result } = await app.get(IdempotencyService).execute({ name: 'payout', key: randomUUID(), input: { amount: 1 } }, async () => 'paid');
+      expect(result).toBe('paid');
+    } finally {
+      await app.close();
+    }
   });
 });
 

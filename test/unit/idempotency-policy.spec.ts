@@ -1,5 +1,5 @@
 import { Idempotent, isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
-import { resolveDataSourceSettings, resolvePurgeSettings } from '../../src/idempotency-policy.js';
+import { checkTenancy, resolveDataSourceSettings, resolvePurgeSettings, resolveTableName } from '../../src/idempotency-policy.js';
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {
@@ -44,6 +44,17 @@ describe('resolvePolicy', () => {
   // the key stays required (the README's two-step rollout breaks) instead of the module refusing the string.
   it.each(['required', 'transactional'] as const)('refuses a %s that is not a boolean, saying what it got', (name) => {
     expect(() => resolvePolicy({ [name]: 'false' as unknown as boolean })).toThrow(/got the string "false"/);
+  });
+
+  it.each([
+    ['headerName', 5, /headerName must be a non-empty string, got the number 5/],
+    ['replayHeaderName', '', /replayHeaderName must be a non-empty string, got the string ""/],
+    ['storedResponseHeaders', 'x-request-id', /storedResponseHeaders must be an array of strings, got the string "x-request-id"/],
+    ['fingerprint', 'sha256', /fingerprint must be a function, got the string "sha256"/],
+    ['isFinalStatus', true, /isFinalStatus must be a function, got the boolean true/],
+    ['accountResolver', 'user.id', /accountResolver must be a function, got the string "user.id"/],
+  ])('refuses a %s of the wrong type, saying what it got', (name, value, message) => {
+    expect(() => resolvePolicy({ [name]: value })).toThrow(message);
   });
 
   it('is checked where @Idempotent() is written, so a bad route option fails at start-up', () => {
@@ -93,5 +104,16 @@ describe('isFinalStatusByDefault', () => {
 
   it.each([400, 408, 425, 429, 500, 502, 503])('releases %i', (status) => {
     expect(isFinalStatusByDefault(status)).toBe(false);
+  });
+});
+
+describe('the module-only options that are not numbers', () => {
+  it('refuses a tableName that is not a non-empty string', () => {
+    expect(resolveTableName({})).toBe('idempotency_records');
+    expect(() => resolveTableName({ tableName: 5 as unknown as string })).toThrow(/tableName must be a non-empty string, got the number 5/);
+  });
+
+  it('refuses a singleTenant that is not a boolean, before reading it as a yes', () => {
+    expect(() => checkTenancy({ singleTenant: 'false' as unknown as boolean })).toThrow(/singleTenant must be true or false, got the string "false"/);
   });
 });

@@ -15,6 +15,10 @@ describe('Jsonified, the type of a stored result', () => {
 
   it('keeps what the JSON round trip keeps', () => {
     const date: Equals<Jsonified<{ at: Date }>, { at: string }> = true;
-    expect(date).toBe(true);
+    const optional: Equals<Jsonified<{ id: string; note: string | undefined }>, { id: string; note?: string }> = true;
+    const dropped: Equals<Jsonified<{ id: string; log: () => void }>, { id: string }> = true;
+    const holes: Equals<Jsonified<(number | undefined)[]>, (number | null)[]> = true;
+    const nothing: Equals<ExecuteResult<void>['result'], null> = true;
+    expect([date, optional, dropped, holes, nothing]).toEqual([true, true, true, true, true]);
   });
 });
