@@ -2,7 +2,7 @@ import { AsyncLocalStorage } from 'node:async_hooks';
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource, EntityManager, EntityTarget, ObjectLiteral, Repository } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE } from './idempotency.constants.js';
-import type { IdempotencyRun } from './idempotency-run.js';
+import type { IdempotencyRun } from './protocol/idempotency-run.js';
 
 const runs = new AsyncLocalStorage<IdempotencyRun>();
 

@@ -4,8 +4,8 @@ import type { DataSource } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_STORE } from './idempotency.constants.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
-import { resolveTableName } from './idempotency-policy.js';
-import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+import { resolveTableName } from './protocol/idempotency-policy.js';
+import { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 
 /** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */
 export interface IdempotencyModuleExtras {

@@ -1,13 +1,13 @@
 import { Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENCY_STORE, IDEMPOTENT_ROUTES_TRACKED } from './idempotency.constants.js';
-import { HttpPlatformCheck } from './http-platform-check.js';
-import { trackIdempotentRoutes } from './idempotent-routes.js';
+import { HttpPlatformCheck } from './http/http-platform-check.js';
+import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './idempotency-context.js';
-import { IdempotencyInterceptor } from './idempotency.interceptor.js';
+import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
 import { ConfigurableIdempotencyModule } from './idempotency.module-definition.js';
-import { IdempotencyService } from './idempotency.service.js';
-import { RunTransactionBinding } from './run-transaction-binding.js';
+import { IdempotencyService } from './protocol/idempotency.service.js';
+import { RunTransactionBinding } from './postgres/run-transaction-binding.js';
 
 /**
  * `IdempotencyModule.forRoot(options)` / `forRootAsync({ imports, inject, useFactory })`: global by default,

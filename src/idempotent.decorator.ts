@@ -1,7 +1,7 @@
 import { SetMetadata } from '@nestjs/common';
 import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
 import type { IdempotentOptions } from './idempotency-options.interface.js';
-import { resolvePolicy } from './idempotency-policy.js';
+import { resolvePolicy } from './protocol/idempotency-policy.js';
 
 /**
  * Makes a route (or every route of a controller) safe to retry: requests carrying the same

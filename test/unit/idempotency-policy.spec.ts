@@ -1,5 +1,5 @@
 import { Idempotent, isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
-import { checkTenancy, resolveDataSourceSettings, resolvePurgeSettings, resolveTableName } from '../../src/idempotency-policy.js';
+import { checkTenancy, resolveDataSourceSettings, resolvePurgeSettings, resolveTableName } from '../../src/protocol/idempotency-policy.js';
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {

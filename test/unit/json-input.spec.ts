@@ -1,4 +1,4 @@
-import { assertFaithfulJson } from '../../src/json-input.js';
+import { assertFaithfulJson } from '../../src/protocol/json-input.js';
 
 class Money {
   constructor(readonly amount: number) {}

@@ -1,5 +1,5 @@
-import { resolveReplayCacheLimits } from '../../src/idempotency-policy.js';
-import { ReplayCache, type ReplayCacheLimits } from '../../src/replay-cache.js';
+import { resolveReplayCacheLimits } from '../../src/protocol/idempotency-policy.js';
+import { ReplayCache, type ReplayCacheLimits } from '../../src/protocol/replay-cache.js';
 
 const scope = (key: string) => ({ account: 'acct', endpoint: 'POST /v1/charges', key });
 const outcome = (body = '{"id":"ch_1"}') => ({

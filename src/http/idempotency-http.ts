@@ -1,7 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IdempotencyBodyUnavailableError, type IdempotencyError, IdempotencyMisconfiguredError } from './idempotency.errors.js';
-import type { FingerprintInput } from './idempotency-options.interface.js';
-import type { StoredResponse } from './idempotency-store.interface.js';
+import { IdempotencyBodyUnavailableError, type IdempotencyError, IdempotencyMisconfiguredError } from '../protocol/idempotency.errors.js';
+import type { FingerprintInput } from '../idempotency-options.interface.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { sendSealed } from './response-capture.js';
 
 /** The parts of an Express request the module reads. */

@@ -11,7 +11,7 @@ import type {
   IdempotencyStore,
   StoredResponse,
   StoreTransaction,
-} from './idempotency-store.interface.js';
+} from '../protocol/idempotency-store.interface.js';
 import { quoteIdentifier, quoteTableName } from './postgres-identifiers.js';
 import { checkRecordsTable } from './records-table-check.js';
 

@@ -1,4 +1,4 @@
-import { IdempotencyKeyInvalidError } from './idempotency.errors.js';
+import { IdempotencyKeyInvalidError } from '../protocol/idempotency.errors.js';
 
 const MAX_KEY_LENGTH = 255;
 const VISIBLE_ASCII = /^[\x21-\x7e]+$/;

@@ -21,15 +21,15 @@ import {
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { type AbstractHttpAdapter, HttpAdapterHost, Reflector } from '@nestjs/core';
 import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
-import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './idempotency.constants.js';
+import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from '../idempotency.constants.js';
 import {
   IdempotencyAccountUnresolvedError,
   IdempotencyError,
   IdempotencyKeyRequiredError,
   IdempotencyMisconfiguredError,
-} from './idempotency.errors.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-import { IdempotencyContext } from './idempotency-context.js';
+} from '../protocol/idempotency.errors.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../idempotency.module-definition.js';
+import { IdempotencyContext } from '../idempotency-context.js';
 import {
   endpointOf,
   errorResponse,
@@ -39,14 +39,14 @@ import {
   setRetryAfter,
 } from './idempotency-http.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import type { FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
-import { type IdempotencyPolicy, resolvePolicy } from './idempotency-policy.js';
-import type { StoredResponse } from './idempotency-store.interface.js';
-import { type AttemptOutcome, IdempotencyService } from './idempotency.service.js';
+import type { FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from '../idempotency-options.interface.js';
+import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import { type AttemptOutcome, IdempotencyService } from '../protocol/idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
 import { isSerializableBody, responseForValue } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
-import { describedValue } from './described-value.js';
+import { describedValue } from '../protocol/described-value.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
 type PipelineEnd =

@@ -1,5 +1,5 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import type { StoredResponse } from './idempotency-store.interface.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 
 /** What was sent: the whole response, or why it could not be stored. */
 export type SentResponse = { storable: true; response: StoredResponse } | { storable: false; reason: string };

@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
-import { IdempotencySetupError } from './idempotency-setup.error.js';
-import { DEFAULT_TABLE_NAME } from './idempotency-policy.js';
+import { IdempotencySetupError } from '../idempotency-setup.error.js';
+import { DEFAULT_TABLE_NAME } from '../protocol/idempotency-policy.js';
 import { quoteTableName } from './postgres-identifiers.js';
 
 /** The columns the store reads and writes, with their types as PostgreSQL names them (`format_type`). */

@@ -1,11 +1,11 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_DATA_SOURCE } from './idempotency.constants.js';
-import { IdempotencyContext } from './idempotency-context.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.module-definition.js';
-import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
-import { resolveDataSourceSettings } from './idempotency-policy.js';
-import { openTransactionRunner } from './idempotency-run.js';
+import { IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
+import { IdempotencyContext } from '../idempotency-context.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../idempotency.module-definition.js';
+import type { IdempotencyModuleOptions } from '../idempotency-options.interface.js';
+import { resolveDataSourceSettings } from '../protocol/idempotency-policy.js';
+import { openTransactionRunner } from '../protocol/idempotency-run.js';
 import { enlistEntityManager } from './entity-manager-enlistment.js';
 import { TransactionEscapeSubscriber } from './transaction-escape.subscriber.js';
 
