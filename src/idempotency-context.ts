@@ -1,10 +1,8 @@
-import { AsyncLocalStorage } from 'node:async_hooks';
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource, EntityManager, EntityTarget, ObjectLiteral, Repository } from 'typeorm';
-import { IDEMPOTENCY_DATA_SOURCE } from './idempotency.constants.js';
+import { IDEMPOTENCY_DATA_SOURCE } from './postgres/postgres.tokens.js';
+import { currentRun, runWithin } from './protocol/current-run.js';
 import type { IdempotencyRun } from './protocol/idempotency-run.js';
-
-const runs = new AsyncLocalStorage<IdempotencyRun>();
 
 /**
  * What the code running inside an idempotent handler can know of its operation, anywhere down the call
@@ -17,12 +15,12 @@ export class IdempotencyContext {
 
   /** Runs `work` as part of `run`; the interceptor and `IdempotencyService` do this for handlers. */
   static runWithin<T>(run: IdempotencyRun, work: () => T): T {
-    return runs.run(run, work);
+    return runWithin(run, work);
   }
 
   /** The current run, or `undefined` outside an idempotent handler (or when it runs without a key). */
   get run(): IdempotencyRun | undefined {
-    return runs.getStore();
+    return currentRun();
   }
 
   /** The transaction's entity manager inside a transactional handler; `undefined` elsewhere. */

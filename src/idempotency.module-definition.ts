@@ -1,9 +1,10 @@
 import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_STORE } from './idempotency.constants.js';
-import { IdempotencySetupError } from './idempotency-setup.error.js';
-import type { IdempotencyModuleOptions } from './idempotency-options.interface.js';
+import { IDEMPOTENCY_DATA_SOURCE } from './postgres/postgres.tokens.js';
+import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
+import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
+import type { IdempotencyModuleOptions } from './protocol/idempotency-options.interface.js';
 import { resolveTableName } from './protocol/idempotency-policy.js';
 import { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 
@@ -15,12 +16,9 @@ export interface IdempotencyModuleExtras {
   dataSource?: string;
 }
 
-export const {
-  ConfigurableModuleClass: ConfigurableIdempotencyModule,
-  MODULE_OPTIONS_TOKEN: IDEMPOTENCY_MODULE_OPTIONS,
-  OPTIONS_TYPE: IDEMPOTENCY_OPTIONS_TYPE,
-  ASYNC_OPTIONS_TYPE: IDEMPOTENCY_ASYNC_OPTIONS_TYPE,
-} = new ConfigurableModuleBuilder<IdempotencyModuleOptions>()
+// The protocol's own options token, so that the protocol reads its options without depending on this module (nor on
+// its store).
+export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ optionsInjectionToken: IDEMPOTENCY_MODULE_OPTIONS })
   .setClassMethodName('forRoot')
   .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, extras) => ({
     ...definition,

@@ -1,6 +1,7 @@
 import { Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
-import { IDEMPOTENCY_STORE, IDEMPOTENT_ROUTES_TRACKED } from './idempotency.constants.js';
+import { IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
+import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
 import { HttpPlatformCheck } from './http/http-platform-check.js';
 import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './idempotency-context.js';

@@ -1,6 +1,6 @@
 import { SetMetadata } from '@nestjs/common';
-import { IDEMPOTENT_METADATA } from './idempotency.constants.js';
-import type { IdempotentOptions } from './idempotency-options.interface.js';
+import { IDEMPOTENT_METADATA } from './http/http.constants.js';
+import type { IdempotentOptions } from './protocol/idempotency-options.interface.js';
 import { resolvePolicy } from './protocol/idempotency-policy.js';
 
 /**

@@ -1,5 +1,5 @@
 export { IdempotencyModule } from './idempotency.module.js';
-export { IDEMPOTENCY_MODULE_OPTIONS, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
+export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
 export {
@@ -12,14 +12,14 @@ export {
 export type { Jsonified, JsonResult } from './protocol/jsonified.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './protocol/idempotency-run.js';
-export { IDEMPOTENCY_STORE } from './idempotency.constants.js';
+export { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 export { TransactionEscapeError } from './postgres/transaction-escape.subscriber.js';
 export type {
   AccountResolver,
   FingerprintInput,
   IdempotencyModuleOptions,
   IdempotentOptions,
-} from './idempotency-options.interface.js';
+} from './protocol/idempotency-options.interface.js';
 export { isFinalStatusByDefault, resolvePolicy, sha256Fingerprint, type IdempotencyPolicy } from './protocol/idempotency-policy.js';
 export { parseIdempotencyKey } from './http/idempotency-key.js';
 export type {
@@ -35,7 +35,7 @@ export type {
 export { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 export { IdempotencyRecord } from './postgres/idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './postgres/migrations/idempotency-migrations.js';
-export { IdempotencySetupError } from './idempotency-setup.error.js';
+export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
 export {
   IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,

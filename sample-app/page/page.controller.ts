@@ -4,11 +4,12 @@ import ts from 'typescript';
 import { Public } from '../auth/api-key.guard.js';
 
 const PAGE = new URL('./page.html', import.meta.url);
-const CLIENT_SOURCES = new URL('../../src/client/', import.meta.url);
+/** The library's folders the client half is made of: its own, and what it shares with the server. */
+const CLIENT_FOLDERS = new Map(['client', 'shared'].map((folder) => [folder, new URL(`../../src/${folder}/`, import.meta.url)]));
 
 /**
  * The page a person can try, at `/`, and the library's client half it runs, served as browser modules
- * straight from `src/client` (compiled when first asked for; it imports nothing but its own files).
+ * straight from `src/client` and `src/shared` (compiled when first asked for; they import nothing but each other).
  */
 @Controller()
 @Public()
@@ -21,17 +22,19 @@ export class PageController {
     return readFile(PAGE, 'utf8');
   }
 
-  @Get('assets/client/:file')
+  @Get('assets/:folder/:file')
   @Header('Content-Type', 'text/javascript; charset=utf-8')
-  async clientModule(@Param('file') file: string): Promise<string> {
+  async clientModule(@Param('folder') folder: string, @Param('file') file: string): Promise<string> {
+    const sources = CLIENT_FOLDERS.get(folder);
     const source = /^[a-z-]+\.js$/.test(file) ? file.replace(/\.js$/, '.ts') : undefined;
-    if (!source || !(await readdir(CLIENT_SOURCES)).includes(source)) throw new NotFoundException();
-    let compiled = this.modules.get(source);
+    if (!sources || !source || !(await readdir(sources)).includes(source)) throw new NotFoundException();
+    const path = `${folder}/${source}`;
+    let compiled = this.modules.get(path);
     if (!compiled) {
-      compiled = readFile(new URL(source, CLIENT_SOURCES), 'utf8').then(
+      compiled = readFile(new URL(source, sources), 'utf8').then(
         (code) => ts.transpileModule(code, { compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022 } }).outputText,
       );
-      this.modules.set(source, compiled);
+      this.modules.set(path, compiled);
     }
     return compiled;
   }

@@ -1,3 +1,5 @@
+import { canonicalJson } from '../shared/canonical-json.js';
+
 /**
  * A new idempotency key, for an intent the caller keeps (in memory, or persisted with a job row): create it
  * once where the intent is formed and reuse it on every attempt.
@@ -14,13 +16,4 @@ export async function deriveIdempotencyKey(intent: Record<string, unknown>): Pro
   const bytes = new TextEncoder().encode(canonicalJson(intent));
   const digest = new Uint8Array(await globalThis.crypto.subtle.digest('SHA-256', bytes));
   return Array.from(digest, (byte) => byte.toString(16).padStart(2, '0')).join('');
-}
-
-/** JSON with object keys sorted at every depth, so that equal values serialize to equal text. */
-export function canonicalJson(value: unknown): string {
-  return JSON.stringify(value, (_key, nested: unknown) =>
-    nested && typeof nested === 'object' && !Array.isArray(nested)
-      ? Object.fromEntries(Object.entries(nested).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
-      : nested,
-  );
 }

@@ -1,7 +1,7 @@
 import { type HttpServer, Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { IDEMPOTENT_ROUTES_TRACKED } from '../idempotency.constants.js';
-import { IdempotencySetupError } from '../idempotency-setup.error.js';
+import { IDEMPOTENT_ROUTES_TRACKED } from './http.constants.js';
+import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import { RAW_BODY_SETTING } from './idempotency-http.js';
 
 /** The adapter's methods that register body parsers, handing them the application's `rawBody` option second. */

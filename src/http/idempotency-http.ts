@@ -1,6 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { IdempotencyBodyUnavailableError, type IdempotencyError, IdempotencyMisconfiguredError } from '../protocol/idempotency.errors.js';
-import type { FingerprintInput } from '../idempotency-options.interface.js';
+import type { FingerprintInput } from '../protocol/idempotency-options.interface.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { sendSealed } from './response-capture.js';
 

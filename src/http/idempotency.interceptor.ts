@@ -21,15 +21,15 @@ import {
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import { type AbstractHttpAdapter, HttpAdapterHost, Reflector } from '@nestjs/core';
 import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
-import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from '../idempotency.constants.js';
+import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './http.constants.js';
 import {
   IdempotencyAccountUnresolvedError,
   IdempotencyError,
   IdempotencyKeyRequiredError,
   IdempotencyMisconfiguredError,
 } from '../protocol/idempotency.errors.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from '../idempotency.module-definition.js';
-import { IdempotencyContext } from '../idempotency-context.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
+import { runWithin } from '../protocol/current-run.js';
 import {
   endpointOf,
   errorResponse,
@@ -39,7 +39,7 @@ import {
   setRetryAfter,
 } from './idempotency-http.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import type { FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from '../idempotency-options.interface.js';
+import type { FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from '../protocol/idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from '../protocol/idempotency.service.js';
@@ -175,7 +175,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       const writtenByHandler =
         plan.passthrough && sent !== undefined && (work.isCurrentHandler || (!nestReplying.has(response) && pipeline === undefined));
       if (plan.storable && !writtenByHandler && answeredForHandler) {
-        const pipelineRun = () => IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle()));
+        const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
         const route = { context, method: request.method, policy, answered: sent };
         void workDone.then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, route)).then(conclude);
         return undefined;
@@ -192,7 +192,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     this.idempotency.onAbandoned(run, (error) => capture.answer(errorResponse(error)));
     let last: unknown;
     const handled = new Observable<unknown>((subscriber) =>
-      IdempotencyContext.runWithin(run, () => HandlerWork.within(work, () => next.handle().subscribe(subscriber))),
+      runWithin(run, () => HandlerWork.within(work, () => next.handle().subscribe(subscriber))),
     ).pipe(
       tap({
         next: (value) => (last = value),

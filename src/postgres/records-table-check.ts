@@ -1,5 +1,5 @@
 import type { DataSource } from 'typeorm';
-import { IdempotencySetupError } from '../idempotency-setup.error.js';
+import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import { DEFAULT_TABLE_NAME } from '../protocol/idempotency-policy.js';
 import { quoteTableName } from './postgres-identifiers.js';
 

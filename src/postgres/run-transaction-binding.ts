@@ -1,9 +1,9 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_DATA_SOURCE } from '../idempotency.constants.js';
-import { IdempotencyContext } from '../idempotency-context.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from '../idempotency.module-definition.js';
-import type { IdempotencyModuleOptions } from '../idempotency-options.interface.js';
+import { IDEMPOTENCY_DATA_SOURCE } from './postgres.tokens.js';
+import { currentRun } from '../protocol/current-run.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
+import type { IdempotencyModuleOptions } from '../protocol/idempotency-options.interface.js';
 import { resolveDataSourceSettings } from '../protocol/idempotency-policy.js';
 import { openTransactionRunner } from '../protocol/idempotency-run.js';
 import { enlistEntityManager } from './entity-manager-enlistment.js';
@@ -21,17 +21,17 @@ export class RunTransactionBinding {
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
-    context: IdempotencyContext,
   ) {
     const { enlist, onEscape } = resolveDataSourceSettings(options);
     if (enlist) {
       // Only a transaction on this very data source can be joined; another's connections are not this one's.
       const currentRunner = () => {
-        const runner = context.run && openTransactionRunner(context.run);
+        const run = currentRun();
+        const runner = run && openTransactionRunner(run);
         return runner?.dataSource === dataSource ? runner : undefined;
       };
       enlistEntityManager(dataSource.manager, currentRunner);
     }
-    if (onEscape !== 'ignore') dataSource.subscribers.push(new TransactionEscapeSubscriber(() => context.run, onEscape));
+    if (onEscape !== 'ignore') dataSource.subscribers.push(new TransactionEscapeSubscriber(currentRun, onEscape));
   }
 }

@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
-import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from '../idempotency-options.interface.js';
+import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
 import { describedValue } from './described-value.js';
-import { IdempotencySetupError } from '../idempotency-setup.error.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([

@@ -1,7 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { IDEMPOTENCY_STORE } from '../idempotency.constants.js';
+import { IDEMPOTENCY_STORE } from './idempotency.tokens.js';
 import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
@@ -9,7 +9,7 @@ import {
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
 } from './idempotency.errors.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from '../idempotency.module-definition.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.tokens.js';
 import {
   checkTenancy,
   type IdempotencyPolicy,
@@ -18,10 +18,10 @@ import {
   resolveReplayCacheLimits,
   resolveShutdownTimeout,
 } from './idempotency-policy.js';
-import { canonicalJson } from '../client/idempotency-keys.js';
-import { IdempotencyContext } from '../idempotency-context.js';
-import type { IdempotencyModuleOptions, IdempotentOptions } from '../idempotency-options.interface.js';
-import { IdempotencySetupError } from '../idempotency-setup.error.js';
+import { canonicalJson } from '../shared/canonical-json.js';
+import { runWithin } from './current-run.js';
+import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { IdempotencyRun } from './idempotency-run.js';
 import { assertFaithfulJson } from './json-input.js';
 import type { JsonResult } from './jsonified.js';
@@ -361,7 +361,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const { run } = decision;
     let body: Buffer;
     try {
-      body = Buffer.from(JSON.stringify((await IdempotencyContext.runWithin(run, () => work(run))) ?? null));
+      body = Buffer.from(JSON.stringify((await runWithin(run, () => work(run))) ?? null));
     } catch (error) {
       await this.finish(run, { response: undefined, failed: true }, policy);
       throw error;

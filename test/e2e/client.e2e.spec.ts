@@ -64,5 +64,9 @@ describe('the client half against the sample app', () => {
     expect(module.text).toContain("from './with-retries.js'");
     await request(app.url).get('/assets/client/..%2F..%2Fpackage.js').expect(404);
     await request(app.url).get('/assets/client/nope.js').expect(404);
+    // What the client shares with the server is served beside it; nothing else of src/ is.
+    expect(module.text).toContain("from '../shared/canonical-json.js'");
+    await request(app.url).get('/assets/shared/canonical-json.js').expect(200);
+    await request(app.url).get('/assets/protocol/idempotency-run.js').expect(404);
   });
 });
