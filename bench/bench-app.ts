@@ -11,7 +11,9 @@ class CreateBenchCharges1764633600002 implements MigrationInterface {
   name = 'CreateBenchCharges1764633600002';
 
   async up(queryRunner: QueryRunner): Promise<void> {
-    await queryRunner.query('CREATE TABLE bench_charges (id text PRIMARY KEY, amount integer NOT NULL, created timestamptz NOT NULL DEFAULT now())');
+    await queryRunner.query(
+      'CREATE TABLE bench_charges (id text PRIMARY KEY, amount integer NOT NULL, created timestamptz NOT NULL DEFAULT now())',
+    );
   }
 
   async down(queryRunner: QueryRunner): Promise<void> {
@@ -50,10 +52,10 @@ class BenchController {
 
   private async insert({ amount }: ChargeBody) {
     const manager = this.idempotency.manager ?? this.dataSource.manager;
-    const [charge] = await manager.query('INSERT INTO bench_charges (id, amount) VALUES ($1, $2) RETURNING id, amount', [
-      `ch_${randomUUID()}`,
-      amount,
-    ]);
+    const [charge] = await manager.query(
+      'INSERT INTO bench_charges (id, amount) VALUES ($1, $2) RETURNING id, amount',
+      [`ch_${randomUUID()}`, amount],
+    );
     return charge as { id: string; amount: number };
   }
 }

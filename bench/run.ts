@@ -42,16 +42,53 @@ const configs: Config[] = [
     return [
       { name: 'baseline', path: '/bench/baseline', connections, keys: 'none', target: 'empty', baseline },
       { name: 'standard, new keys', path: '/bench/standard', connections, keys: 'new', target: 'empty', baseline },
-      { name: 'transactional, new keys', path: '/bench/transactional', connections, keys: 'new', target: 'empty', baseline },
+      {
+        name: 'transactional, new keys',
+        path: '/bench/transactional',
+        connections,
+        keys: 'new',
+        target: 'empty',
+        baseline,
+      },
       // The same new-key run against a table of a million records, right after the one on an empty table.
       ...(connections === 64
-        ? [{ name: `standard, new keys, ${SCALE_RECORDS.toLocaleString('en')} records`, path: '/bench/standard', connections, keys: 'new', target: 'large', baseline } satisfies Config]
+        ? [
+            {
+              name: `standard, new keys, ${SCALE_RECORDS.toLocaleString('en')} records`,
+              path: '/bench/standard',
+              connections,
+              keys: 'new',
+              target: 'large',
+              baseline,
+            } satisfies Config,
+          ]
         : []),
     ] satisfies Config[];
   }),
-  { name: 'replays', path: '/bench/standard', connections: 64, keys: 'completed', target: 'empty', baseline: 'baseline @64' },
-  { name: 'replays, from the database', path: '/bench/standard', connections: 64, keys: 'completed', target: 'uncached', baseline: 'baseline @64' },
-  { name: 'contention (one key)', path: '/bench/standard', connections: 64, keys: 'one', target: 'empty', baseline: 'baseline @64' },
+  {
+    name: 'replays',
+    path: '/bench/standard',
+    connections: 64,
+    keys: 'completed',
+    target: 'empty',
+    baseline: 'baseline @64',
+  },
+  {
+    name: 'replays, from the database',
+    path: '/bench/standard',
+    connections: 64,
+    keys: 'completed',
+    target: 'uncached',
+    baseline: 'baseline @64',
+  },
+  {
+    name: 'contention (one key)',
+    path: '/bench/standard',
+    connections: 64,
+    keys: 'one',
+    target: 'empty',
+    baseline: 'baseline @64',
+  },
 ];
 
 interface Measure {
@@ -96,9 +133,9 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
     ],
   });
   const statuses = Object.fromEntries(
-    Object.entries((result as unknown as { statusCodeStats: Record<string, { count: number }> }).statusCodeStats ?? {}).map(
-      ([status, { count }]) => [status, count],
-    ),
+    Object.entries(
+      (result as unknown as { statusCodeStats: Record<string, { count: number }> }).statusCodeStats ?? {},
+    ).map(([status, { count }]) => [status, count]),
   );
   return {
     requestsPerSecond: result.requests.average,
@@ -143,7 +180,8 @@ async function seedLargeTable(db: TestDatabase): Promise<void> {
 function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'ratio'> {
   const mean = (pick: (m: Measure) => number) => measures.reduce((sum, m) => sum + pick(m), 0) / measures.length;
   const statuses: Record<string, number> = {};
-  for (const m of measures) for (const [status, count] of Object.entries(m.statuses)) statuses[status] = (statuses[status] ?? 0) + count;
+  for (const m of measures)
+    for (const [status, count] of Object.entries(m.statuses)) statuses[status] = (statuses[status] ?? 0) + count;
   return {
     config: id(config),
     name: config.name,
@@ -173,20 +211,28 @@ function printTable(results: BenchResult[]): void {
   ]);
   const header = ['configuration', 'req/s', 'vs baseline', 'p50 ms', 'p99 ms', 'max ms', 'errors', 'non-2xx'];
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
-  const line = (cells: string[]) => cells.map((cell, i) => (i === 0 || i === 7 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  ');
+  const line = (cells: string[]) =>
+    cells.map((cell, i) => (i === 0 || i === 7 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  ');
   console.log([line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n'));
 }
 
 async function main(): Promise<void> {
   let embedded: EmbeddedDatabase | undefined;
   if (!process.env.DATABASE_URL) {
-    embedded = await startEmbeddedDatabase(mkdtempSync(join(tmpdir(), 'idempotency-bench-pg-')), await freePort(), false);
+    embedded = await startEmbeddedDatabase(
+      mkdtempSync(join(tmpdir(), 'idempotency-bench-pg-')),
+      await freePort(),
+      false,
+    );
     process.env.DATABASE_URL = embedded.url;
   }
   const databases = { empty: await createTestDatabase(), large: await createTestDatabase() };
   const apps: Record<Config['target'], RunningApp> = {
     empty: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.empty.url }),
-    uncached: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
+    uncached: await spawnTypeScriptServer('bench/bench-app.ts', {
+      DATABASE_URL: databases.empty.url,
+      BENCH_REPLAY_CACHE: 'off',
+    }),
     large: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.large.url }),
   };
   try {
@@ -214,11 +260,19 @@ async function main(): Promise<void> {
       ...aggregated[i],
       ratio: aggregated[i].requestsPerSecond / (byId.get(config.baseline)?.requestsPerSecond ?? Number.NaN),
     }));
-    console.log(`\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration; latency in ms; ratios to the baseline at the same concurrency.\n`);
+    console.log(
+      `\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration; latency in ms; ratios to the baseline at the same concurrency.\n`,
+    );
     printTable(results);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(folder, { recursive: true });
-    const run = { date: new Date().toISOString(), seconds: SECONDS, rounds: ROUNDS, scaleRecords: SCALE_RECORDS, results };
+    const run = {
+      date: new Date().toISOString(),
+      seconds: SECONDS,
+      rounds: ROUNDS,
+      scaleRecords: SCALE_RECORDS,
+      results,
+    };
     writeFileSync(join(folder, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`);
     writeFileSync(join(folder, 'latest.svg'), renderChart(results));
     console.log(`\nWrote ${join(folder, 'latest.json')} and ${join(folder, 'latest.svg')}`);

@@ -8,5 +8,11 @@ export class ApiError extends HttpException {
 }
 
 export function invalidRequest(message: string, param?: string): ApiError {
-  return new ApiError(HttpStatus.BAD_REQUEST, 'invalid_request_error', param ? 'parameter_invalid' : 'invalid_request', message, param);
+  return new ApiError(
+    HttpStatus.BAD_REQUEST,
+    'invalid_request_error',
+    param ? 'parameter_invalid' : 'invalid_request',
+    message,
+    param,
+  );
 }

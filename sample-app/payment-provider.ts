@@ -68,7 +68,11 @@ export class FakePaymentProvider implements PaymentProvider, OnModuleDestroy {
   }
 
   /** Writes to the provider's ledger, once per idempotency key: a repeated call gets the first id back. */
-  private async record(ledger: 'provider_charges' | 'provider_payouts', prefix: string, entry: ProviderPayout): Promise<string> {
+  private async record(
+    ledger: 'provider_charges' | 'provider_payouts',
+    prefix: string,
+    entry: ProviderPayout,
+  ): Promise<string> {
     const { rows } = await this.ledger.query<{ id: string }>(
       `WITH recorded AS (
          INSERT INTO ${ledger} (id, idempotency_key, account, amount, currency) VALUES ($1, $2, $3, $4, $5)

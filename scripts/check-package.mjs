@@ -4,10 +4,14 @@
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 
-const [pack] = JSON.parse(execFileSync('npm', ['pack', '--dry-run', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }));
+const [pack] = JSON.parse(
+  execFileSync('npm', ['pack', '--dry-run', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }),
+);
 const shipped = new Set(pack.files.map((file) => file.path));
 const { exports } = JSON.parse(readFileSync('package.json', 'utf8'));
-const entryPoints = Object.values(exports).flatMap((entry) => Object.values(entry)).map((path) => path.replace(/^\.\//, ''));
+const entryPoints = Object.values(exports)
+  .flatMap((entry) => Object.values(entry))
+  .map((path) => path.replace(/^\.\//, ''));
 const problems = [];
 
 const missing = [...entryPoints, 'LICENSE', 'README.md', 'CHANGELOG.md'].filter((path) => !shipped.has(path));
@@ -26,4 +30,6 @@ if (problems.length > 0) {
   console.error(`npm pack (${shipped.size} files): ${problems.join('; ')}`);
   process.exit(1);
 }
-console.log(`npm pack ships ${shipped.size} files, including ${entryPoints.join(', ')}, LICENSE and ${maps.length} self-contained source maps`);
+console.log(
+  `npm pack ships ${shipped.size} files, including ${entryPoints.join(', ')}, LICENSE and ${maps.length} self-contained source maps`,
+);

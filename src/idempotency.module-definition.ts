@@ -18,18 +18,15 @@ export interface IdempotencyModuleExtras {
 
 // The protocol's own options token, so that the protocol reads its options without depending on this module (nor on
 // its store).
-export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } = new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ optionsInjectionToken: IDEMPOTENCY_MODULE_OPTIONS })
-  .setClassMethodName('forRoot')
-  .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, extras) => ({
-    ...definition,
-    global: extras.isGlobal,
-    providers: [
-      ...(definition.providers ?? []),
-      dataSourceProvider(extras.dataSource),
-      postgresStoreProvider(),
-    ],
-  }))
-  .build();
+export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
+  new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ optionsInjectionToken: IDEMPOTENCY_MODULE_OPTIONS })
+    .setClassMethodName('forRoot')
+    .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, extras) => ({
+      ...definition,
+      global: extras.isGlobal,
+      providers: [...(definition.providers ?? []), dataSourceProvider(extras.dataSource), postgresStoreProvider()],
+    }))
+    .build();
 
 function dataSourceProvider(dataSourceName: string | undefined): Provider {
   return {

@@ -20,7 +20,12 @@ export type {
   IdempotencyModuleOptions,
   IdempotentOptions,
 } from './protocol/idempotency-options.interface.js';
-export { isFinalStatusByDefault, resolvePolicy, sha256Fingerprint, type IdempotencyPolicy } from './protocol/idempotency-policy.js';
+export {
+  isFinalStatusByDefault,
+  resolvePolicy,
+  sha256Fingerprint,
+  type IdempotencyPolicy,
+} from './protocol/idempotency-policy.js';
 export { parseIdempotencyKey } from './http/idempotency-key.js';
 export type {
   ClaimResult,

@@ -23,7 +23,8 @@ export class ApiKeyGuard implements CanActivate {
   constructor(private readonly reflector: Reflector) {}
 
   canActivate(context: ExecutionContext): boolean {
-    if (this.reflector.getAllAndOverride<boolean>(PUBLIC_ROUTE, [context.getHandler(), context.getClass()])) return true;
+    if (this.reflector.getAllAndOverride<boolean>(PUBLIC_ROUTE, [context.getHandler(), context.getClass()]))
+      return true;
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
     const key = apiKeyOf(request);
     if (!key || !API_KEY.test(key)) {

@@ -1,7 +1,13 @@
 import { Body, Controller, Get, Param, Patch, Post, Query } from '@nestjs/common';
 import { Idempotent } from '../../src/index.js';
 import { Account } from '../auth/account.decorator.js';
-import { ChargeInputPipe, type ChargeInput, ChargeUpdatePipe, type ChargeUpdate, ListLimitPipe } from '../input.pipes.js';
+import {
+  ChargeInputPipe,
+  type ChargeInput,
+  ChargeUpdatePipe,
+  type ChargeUpdate,
+  ListLimitPipe,
+} from '../input.pipes.js';
 import { presentCharge } from './charge.entity.js';
 import { ChargesService } from './charges.service.js';
 

@@ -4,7 +4,12 @@ import { IdempotencyContext } from '../../src/index.js';
 import { ApiError } from '../api-errors.js';
 import { newId } from '../ids.js';
 import type { ChargeInput } from '../input.pipes.js';
-import { CardDeclinedError, PAYMENT_PROVIDER, type PaymentProvider, ProviderUnavailableError } from '../payment-provider.js';
+import {
+  CardDeclinedError,
+  PAYMENT_PROVIDER,
+  type PaymentProvider,
+  ProviderUnavailableError,
+} from '../payment-provider.js';
 import { Charge } from './charge.entity.js';
 
 @Injectable()
@@ -49,7 +54,8 @@ export class ChargesService {
 
   async get(account: string, id: string): Promise<Charge> {
     const charge = await this.charges().findOneBy({ id, account });
-    if (!charge) throw new ApiError(HttpStatus.NOT_FOUND, 'invalid_request_error', 'resource_missing', `No such charge: ${id}`);
+    if (!charge)
+      throw new ApiError(HttpStatus.NOT_FOUND, 'invalid_request_error', 'resource_missing', `No such charge: ${id}`);
     return charge;
   }
 

@@ -5,7 +5,9 @@ import { Public } from '../auth/api-key.guard.js';
 
 const PAGE = new URL('./page.html', import.meta.url);
 /** The library's folders the client half is made of: its own, and what it shares with the server. */
-const CLIENT_FOLDERS = new Map(['client', 'shared'].map((folder) => [folder, new URL(`../../src/${folder}/`, import.meta.url)]));
+const CLIENT_FOLDERS = new Map(
+  ['client', 'shared'].map((folder) => [folder, new URL(`../../src/${folder}/`, import.meta.url)]),
+);
 
 /**
  * The page a person can try, at `/`, and the library's client half it runs, served as browser modules
@@ -32,7 +34,10 @@ export class PageController {
     let compiled = this.modules.get(path);
     if (!compiled) {
       compiled = readFile(new URL(source, sources), 'utf8').then(
-        (code) => ts.transpileModule(code, { compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022 } }).outputText,
+        (code) =>
+          ts.transpileModule(code, {
+            compilerOptions: { module: ts.ModuleKind.ES2022, target: ts.ScriptTarget.ES2022 },
+          }).outputText,
       );
       this.modules.set(path, compiled);
     }

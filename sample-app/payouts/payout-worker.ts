@@ -38,7 +38,11 @@ export class PayoutWorker implements OnApplicationBootstrap, OnApplicationShutdo
     if (this.busy) return;
     this.busy = true;
     try {
-      const jobs = await this.dataSource.manager.find(PayoutJob, { where: { status: 'pending' }, order: { created: 'ASC' }, take: 10 });
+      const jobs = await this.dataSource.manager.find(PayoutJob, {
+        where: { status: 'pending' },
+        order: { created: 'ASC' },
+        take: 10,
+      });
       for (const job of jobs) await this.pay(job);
     } catch (error) {
       this.logger.error(`Polling payouts failed: ${error}`);
@@ -60,7 +64,11 @@ export class PayoutWorker implements OnApplicationBootstrap, OnApplicationShutdo
             idempotencyKey: run.deriveKey('provider'),
           });
           // In the run's transaction: the job is marked paid with the stored outcome, or not at all.
-          await run.manager!.update(PayoutJob, { id: job.id }, { status: 'paid', providerPayoutId, paidAt: new Date() });
+          await run.manager!.update(
+            PayoutJob,
+            { id: job.id },
+            { status: 'paid', providerPayoutId, paidAt: new Date() },
+          );
           return { providerPayoutId };
         },
         { transactional: true },

@@ -21,14 +21,21 @@ export class PayoutsController {
   @Idempotent()
   async create(@Account() account: string, @Body(PayoutInputPipe) input: PayoutInput) {
     const manager = this.idempotency.manager ?? this.dataSource.manager;
-    const job = manager.create(PayoutJob, { id: newId('po'), account, status: 'pending', idempotencyKey: randomUUID(), ...input });
+    const job = manager.create(PayoutJob, {
+      id: newId('po'),
+      account,
+      status: 'pending',
+      idempotencyKey: randomUUID(),
+      ...input,
+    });
     return presentPayout(await manager.save(job));
   }
 
   @Get(':id')
   async get(@Account() account: string, @Param('id') id: string) {
     const job = await this.dataSource.manager.findOneBy(PayoutJob, { id, account });
-    if (!job) throw new ApiError(HttpStatus.NOT_FOUND, 'invalid_request_error', 'resource_missing', `No such payout: ${id}`);
+    if (!job)
+      throw new ApiError(HttpStatus.NOT_FOUND, 'invalid_request_error', 'resource_missing', `No such payout: ${id}`);
     return presentPayout(job);
   }
 }

@@ -21,12 +21,16 @@ export class RefundsService {
    */
   create(account: string, input: RefundInput): Promise<Refund> {
     const refund = async (manager: EntityManager) => {
-      const charge = await manager.findOne(Charge, { where: { id: input.charge, account }, lock: { mode: 'pessimistic_write' } });
+      const charge = await manager.findOne(Charge, {
+        where: { id: input.charge, account },
+        lock: { mode: 'pessimistic_write' },
+      });
       if (!charge) throw invalidRequest(`No such charge: ${input.charge}`, 'charge');
       const left = charge.amount - charge.amountRefunded;
       const amount = input.amount ?? left;
       if (left === 0) throw invalidRequest(`Charge ${charge.id} has already been refunded in full.`, 'charge');
-      if (amount > left) throw invalidRequest(`amount (${amount}) is more than what is left to refund (${left}).`, 'amount');
+      if (amount > left)
+        throw invalidRequest(`amount (${amount}) is more than what is left to refund (${left}).`, 'amount');
       charge.amountRefunded += amount;
       await manager.save(charge);
       return manager.save(manager.create(Refund, { id: newId('re'), account, chargeId: charge.id, amount }));

@@ -27,8 +27,18 @@ export interface IdempotentRequestInit extends RequestInit {
  * `fetch` for a write that must not happen twice: the key is set once for the call and reused by every retry
  * (`withRetries`), and the result tells whether the answer was a replay.
  */
-export async function idempotentFetch(input: string | URL, init: IdempotentRequestInit = {}): Promise<IdempotentResult> {
-  const { idempotencyKey = createIdempotencyKey(), retry, headerName, replayHeaderName, fetch: send = fetch, ...request } = init;
+export async function idempotentFetch(
+  input: string | URL,
+  init: IdempotentRequestInit = {},
+): Promise<IdempotentResult> {
+  const {
+    idempotencyKey = createIdempotencyKey(),
+    retry,
+    headerName,
+    replayHeaderName,
+    fetch: send = fetch,
+    ...request
+  } = init;
   const headers = new Headers(request.headers);
   headers.set(headerName ?? 'Idempotency-Key', idempotencyKey);
   let attempts = 0;
@@ -39,7 +49,12 @@ export async function idempotentFetch(input: string | URL, init: IdempotentReque
     },
     { ...retry, signal: retry?.signal ?? request.signal ?? undefined },
   );
-  return { response, replayed: response.headers.get(replayHeaderName ?? 'Idempotent-Replay') === 'true', idempotencyKey, attempts };
+  return {
+    response,
+    replayed: response.headers.get(replayHeaderName ?? 'Idempotent-Replay') === 'true',
+    idempotencyKey,
+    attempts,
+  };
 }
 
 export interface IdempotentClientOptions {

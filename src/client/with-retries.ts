@@ -28,7 +28,10 @@ const RETRYABLE_STATUSES = new Set([429, 502, 503, 504]);
  * returned at once. After the last attempt, the last answer is returned, or the last network error thrown.
  * `send` must reuse one idempotency key: that is what makes the retries safe.
  */
-export async function withRetries(send: (attempt: number) => Promise<Response>, options: RetryOptions = {}): Promise<Response> {
+export async function withRetries(
+  send: (attempt: number) => Promise<Response>,
+  options: RetryOptions = {},
+): Promise<Response> {
   const attempts = options.attempts ?? 5;
   const now = options.now ?? Date.now;
   const sleep = options.sleep ?? abortableSleep;
@@ -46,7 +49,8 @@ export async function withRetries(send: (attempt: number) => Promise<Response>, 
     const reason = response ? await retryReason(response) : `network error (${String(failure)})`;
     if (reason === undefined) return response as Response;
 
-    const delayMs = (response && retryAfterMs(response.headers.get('retry-after'), now())) ?? backoffMs(attempt, options);
+    const delayMs =
+      (response && retryAfterMs(response.headers.get('retry-after'), now())) ?? backoffMs(attempt, options);
     const pastDeadline = options.deadlineMs !== undefined && now() + delayMs - startedAt > options.deadlineMs;
     if (attempt >= attempts || pastDeadline) {
       if (response) return response;
@@ -74,7 +78,10 @@ async function errorCodeOf(response: Response): Promise<unknown> {
 }
 
 /** Full jitter: a random wait below the exponential ceiling, so that retrying clients spread out. */
-export function backoffMs(attempt: number, options: Pick<RetryOptions, 'baseDelayMs' | 'maxDelayMs' | 'random'> = {}): number {
+export function backoffMs(
+  attempt: number,
+  options: Pick<RetryOptions, 'baseDelayMs' | 'maxDelayMs' | 'random'> = {},
+): number {
   const ceiling = Math.min(options.maxDelayMs ?? 30_000, (options.baseDelayMs ?? 500) * 2 ** (attempt - 1));
   return Math.floor((options.random ?? Math.random)() * ceiling);
 }

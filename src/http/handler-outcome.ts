@@ -19,7 +19,8 @@ export interface RouteResponseMetadata {
  */
 export function responseForValue(value: unknown, route: RouteResponseMetadata): StoredResponse | undefined {
   if (!isSerializableBody(value)) return undefined;
-  const status: number = Reflect.getMetadata(HTTP_CODE_METADATA, route.handler) ?? (route.method === 'POST' ? 201 : 200);
+  const status: number =
+    Reflect.getMetadata(HTTP_CODE_METADATA, route.handler) ?? (route.method === 'POST' ? 201 : 200);
   const headers: Record<string, string> = {};
   for (const { name, value: header } of (Reflect.getMetadata(HEADERS_METADATA, route.handler) ?? []) as RouteHeader[]) {
     headers[name.toLowerCase()] = String(typeof header === 'function' ? header() : header);
@@ -43,7 +44,12 @@ interface RouteHeader {
 export function isSerializableBody(value: unknown): boolean {
   if (typeof value === 'function' || typeof value === 'symbol') return false;
   if (value === null || typeof value !== 'object') return true;
-  if (value instanceof StreamableFile || isObservable(value) || value instanceof Response || value instanceof ReadableStream) {
+  if (
+    value instanceof StreamableFile ||
+    isObservable(value) ||
+    value instanceof Response ||
+    value instanceof ReadableStream
+  ) {
     return false;
   }
   return typeof (value as { pipe?: unknown }).pipe !== 'function' && !(Symbol.asyncIterator in value);

@@ -4,9 +4,7 @@ import { isObservable, Observable, Subject } from 'rxjs';
 
 /** How the handler's own invocation ended: its value, its error, or its Observable was unsubscribed first. */
 export type HandlerSettlement =
-  | { status: 'fulfilled'; value: unknown }
-  | { status: 'rejected'; reason: unknown }
-  | { status: 'cancelled' };
+  { status: 'fulfilled'; value: unknown } | { status: 'rejected'; reason: unknown } | { status: 'cancelled' };
 
 /** Thrown instead of running a handler whose request already has its outcome (its claim may be gone). */
 export class HandlerInvokedAfterOutcomeError extends Error {

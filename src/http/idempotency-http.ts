@@ -1,5 +1,9 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import { IdempotencyBodyUnavailableError, type IdempotencyError, IdempotencyMisconfiguredError } from '../protocol/idempotency.errors.js';
+import {
+  IdempotencyBodyUnavailableError,
+  type IdempotencyError,
+  IdempotencyMisconfiguredError,
+} from '../protocol/idempotency.errors.js';
 import type { FingerprintInput } from '../protocol/idempotency-options.interface.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { sendSealed } from './response-capture.js';
@@ -36,10 +40,12 @@ const RAW_BODY_FIX =
  */
 export function rawBodyOf(request: HttpRequest): Buffer {
   if (request.rawBody) return request.rawBody;
-  const declaresBody = Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
+  const declaresBody =
+    Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
   if (!declaresBody) return Buffer.alloc(0);
   const mediaType = contentTypeOf(request).split(';')[0];
-  if (request.body !== undefined || RAW_BODY_MEDIA_TYPES.has(mediaType)) throw new IdempotencyMisconfiguredError(RAW_BODY_FIX);
+  if (request.body !== undefined || RAW_BODY_MEDIA_TYPES.has(mediaType))
+    throw new IdempotencyMisconfiguredError(RAW_BODY_FIX);
   throw new IdempotencyBodyUnavailableError(mediaType);
 }
 
@@ -50,12 +56,20 @@ export function requestUrlOf(request: HttpRequest): string {
 
 /** What a request's fingerprint is computed from. */
 export function fingerprintInputOf(request: HttpRequest): FingerprintInput {
-  return { method: request.method, url: requestUrlOf(request), contentType: contentTypeOf(request), body: rawBodyOf(request) };
+  return {
+    method: request.method,
+    url: requestUrlOf(request),
+    contentType: contentTypeOf(request),
+    body: rawBodyOf(request),
+  };
 }
 
 /** The request's Content-Type, normalized so that spellings of one type are one: lower-case, no space around `;`. */
 function contentTypeOf(request: HttpRequest): string {
-  return (request.headers['content-type'] ?? '').trim().toLowerCase().replace(/\s*;\s*/g, ';');
+  return (request.headers['content-type'] ?? '')
+    .trim()
+    .toLowerCase()
+    .replace(/\s*;\s*/g, ';');
 }
 
 /** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */

@@ -8,7 +8,10 @@ const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
  * (`"abc"`, with `\"` and `\\` escapes); either way the key is 1..255 visible ASCII characters.
  * Returns `undefined` when the header is absent; throws `IdempotencyKeyInvalidError` otherwise.
  */
-export function parseIdempotencyKey(headerValue: string | string[] | undefined, headerName: string): string | undefined {
+export function parseIdempotencyKey(
+  headerValue: string | string[] | undefined,
+  headerName: string,
+): string | undefined {
   if (headerValue === undefined) return undefined;
   if (Array.isArray(headerValue)) {
     throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once');

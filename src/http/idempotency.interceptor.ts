@@ -39,7 +39,11 @@ import {
   setRetryAfter,
 } from './idempotency-http.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import type { FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from '../protocol/idempotency-options.interface.js';
+import type {
+  FingerprintInput,
+  IdempotencyModuleOptions,
+  IdempotentOptions,
+} from '../protocol/idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from '../protocol/idempotency.service.js';
@@ -50,7 +54,11 @@ import { describedValue } from '../protocol/described-value.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
 type PipelineEnd =
-  | { status: 'completed'; value: unknown; /** The handler's own invocation was still running then (a fallback value). */ whileHandlerRan: boolean }
+  | {
+      status: 'completed';
+      value: unknown;
+      /** The handler's own invocation was still running then (a fallback value). */ whileHandlerRan: boolean;
+    }
   | { status: 'errored'; error: unknown; whileHandlerRan: boolean }
   | { status: 'unsubscribed' };
 
@@ -169,11 +177,15 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       // transaction) is held until the handler is done; its own outcome is then what a retry gets. A response
       // the handler writes itself (passthrough), outside Nest's reply, is its own answer.
       const answeredForHandler =
-        pipeline === undefined || work.busy || (pipeline.status === 'errored' && isTimeoutAfterWork(pipeline.error, work));
+        pipeline === undefined ||
+        work.busy ||
+        (pipeline.status === 'errored' && isTimeoutAfterWork(pipeline.error, work));
       // Only a handler that takes its response (passthrough) writes it: from its own code, or from a callback of
       // its that Nest's reply is not behind, before the pipeline has ended (after, it is an exception filter).
       const writtenByHandler =
-        plan.passthrough && sent !== undefined && (work.isCurrentHandler || (!nestReplying.has(response) && pipeline === undefined));
+        plan.passthrough &&
+        sent !== undefined &&
+        (work.isCurrentHandler || (!nestReplying.has(response) && pipeline === undefined));
       if (plan.storable && !writtenByHandler && answeredForHandler) {
         const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
         const route = { context, method: request.method, policy, answered: sent };
@@ -236,7 +248,9 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       work.replay(work.settlement.value);
       try {
         // Bounded: the inner pipeline answers at once with a value it is given, unless it is stuck.
-        value = await lastValueFrom(pipelineRun().pipe(timeout(policy.storeTimeoutSeconds * 1000)), { defaultValue: undefined });
+        value = await lastValueFrom(pipelineRun().pipe(timeout(policy.storeTimeoutSeconds * 1000)), {
+          defaultValue: undefined,
+        });
       } catch {
         return asAnswered;
       }
@@ -305,13 +319,16 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     if (!plans) this.plans.set(controller, (plans = new WeakMap()));
     let plan = plans.get(handler);
     if (plan === undefined) {
-      const [methodOptions, classOptions] = this.reflector.getAll<(IdempotentOptions | undefined)[]>(IDEMPOTENT_METADATA, [
-        handler,
-        controller,
-      ]);
+      const [methodOptions, classOptions] = this.reflector.getAll<(IdempotentOptions | undefined)[]>(
+        IDEMPOTENT_METADATA,
+        [handler, controller],
+      );
       plan =
         methodOptions || classOptions
-          ? { policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }), ...responseHandlingOf(controller, handler) }
+          ? {
+              policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
+              ...responseHandlingOf(controller, handler),
+            }
           : null;
       plans.set(handler, plan);
     }
@@ -356,7 +373,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     try {
       return fingerprintInputOf(request);
     } catch (error) {
-      if (error instanceof IdempotencyMisconfiguredError) this.logOnce(error.setupFix, () => this.logger.error(error.setupFix));
+      if (error instanceof IdempotencyMisconfiguredError)
+        this.logOnce(error.setupFix, () => this.logger.error(error.setupFix));
       throw error;
     }
   }
@@ -384,7 +402,9 @@ function responseHandlingOf(controller: Type, handler: object): { storable: bool
   const methodName = methodNameOf(controller, handler);
   if (methodName === undefined) return { storable: false, passthrough: false };
   const passthrough = Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
-  if ([SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)) {
+  if (
+    [SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)
+  ) {
     return { storable: false, passthrough };
   }
   const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {};
@@ -398,7 +418,9 @@ function responseHandlingOf(controller: Type, handler: object): { storable: bool
 
 function methodNameOf(controller: Type, handler: object): string | undefined {
   for (let proto = controller.prototype; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
-    const name = Object.getOwnPropertyNames(proto).find((key) => Object.getOwnPropertyDescriptor(proto, key)?.value === handler);
+    const name = Object.getOwnPropertyNames(proto).find(
+      (key) => Object.getOwnPropertyDescriptor(proto, key)?.value === handler,
+    );
     if (name !== undefined) return name;
   }
   return undefined;

@@ -27,7 +27,11 @@ function trackRoutesOf(controller: Type, reflector: Reflector): number {
   let tracked = 0;
   const own = controller.prototype as Record<string, unknown>;
   const seen = new Set<string>();
-  for (let proto = own; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto) as Record<string, unknown>) {
+  for (
+    let proto = own;
+    proto && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto) as Record<string, unknown>
+  ) {
     for (const name of Object.getOwnPropertyNames(proto)) {
       if (name === 'constructor' || seen.has(name)) continue;
       seen.add(name);

@@ -62,12 +62,16 @@ export function captureResponse(
     }
     const { 'content-type': _type, 'content-length': _length, etag: _etag, ...common } = kept;
     res.statusMessage = ''; // the standard phrase of the replacement's status, not the handler's
-    setStatusAndHeaders(res, { status: response.status, headers: { ...common, ...response.headers, 'content-length': String(response.body.length) } });
+    setStatusAndHeaders(res, {
+      status: response.status,
+      headers: { ...common, ...response.headers, 'content-length': String(response.body.length) },
+    });
     (originalEnd as (chunk: Buffer) => ServerResponse).call(res, response.body);
   };
 
   res.writeHead = function writeHead(this: ServerResponse, status: number, ...rest: unknown[]) {
-    const headers = rest.find((part) => typeof part === 'object' && part !== null) as OutgoingHttpHeaders | unknown[] | undefined;
+    const headers = rest.find((part) => typeof part === 'object' && part !== null) as
+      OutgoingHttpHeaders | unknown[] | undefined;
     if (typeof rest[0] === 'string') res.statusMessage = rest[0];
     res.statusCode = status;
     for (const [name, value] of headerEntries(headers)) res.setHeader(name, value);
@@ -167,20 +171,28 @@ function sealHeaders(res: ServerResponse): void {
 }
 
 /** `writeHead`'s headers: an object, or a flat or paired array of names and values. */
-function headerEntries(headers: OutgoingHttpHeaders | unknown[] | undefined): Array<[string, string | number | string[]]> {
+function headerEntries(
+  headers: OutgoingHttpHeaders | unknown[] | undefined,
+): Array<[string, string | number | string[]]> {
   if (!headers) return [];
   if (!Array.isArray(headers)) {
-    return Object.entries(headers).filter((entry): entry is [string, string | number | string[]] => entry[1] !== undefined);
+    return Object.entries(headers).filter(
+      (entry): entry is [string, string | number | string[]] => entry[1] !== undefined,
+    );
   }
   const pairs: Array<[string, string]> = Array.isArray(headers[0])
     ? (headers as Array<[string, string]>)
     : Array.from({ length: headers.length / 2 }, (_, i) => [String(headers[2 * i]), String(headers[2 * i + 1])]);
   const merged = new Map<string, string[]>();
-  for (const [name, value] of pairs) merged.set(name.toLowerCase(), [...(merged.get(name.toLowerCase()) ?? []), String(value)]);
+  for (const [name, value] of pairs)
+    merged.set(name.toLowerCase(), [...(merged.get(name.toLowerCase()) ?? []), String(value)]);
   return [...merged].map(([name, values]) => [name, values.length === 1 ? values[0] : values]);
 }
 
-function setStatusAndHeaders(res: ServerResponse, { status, headers }: { status: number; headers: OutgoingHttpHeaders }) {
+function setStatusAndHeaders(
+  res: ServerResponse,
+  { status, headers }: { status: number; headers: OutgoingHttpHeaders },
+) {
   res.statusCode = status;
   for (const name of res.getHeaderNames()) if (!(name in headers)) res.removeHeader(name);
   for (const [name, value] of Object.entries(headers)) if (value !== undefined) res.setHeader(name, value);
@@ -209,13 +221,17 @@ function describeSent(
 
 function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer | undefined {
   if (chunk === undefined || chunk === null) return Buffer.alloc(0);
-  if (typeof chunk === 'string') return Buffer.isEncoding(encoding ?? 'utf8') ? Buffer.from(chunk, encoding ?? 'utf8') : undefined;
+  if (typeof chunk === 'string')
+    return Buffer.isEncoding(encoding ?? 'utf8') ? Buffer.from(chunk, encoding ?? 'utf8') : undefined;
   if (chunk instanceof Uint8Array) return Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
   return undefined;
 }
 
 /** The headers of a response that are stored with it: the allowed ones, in their stored form. */
-export function pickHeaders(headers: OutgoingHttpHeaders, allowed: ReadonlySet<string>): Record<string, string | string[]> {
+export function pickHeaders(
+  headers: OutgoingHttpHeaders,
+  allowed: ReadonlySet<string>,
+): Record<string, string | string[]> {
   const picked: Record<string, string | string[]> = {};
   for (const [name, value] of Object.entries(headers)) {
     if (value === undefined || !allowed.has(name)) continue;

@@ -24,7 +24,11 @@ export function enlistEntityManager(manager: EntityManager, currentRunner: () =>
     configurable: true,
     get: () => (makingRepository > 0 ? undefined : currentRunner()),
   });
-  Object.defineProperty(manager, 'getRepository', { configurable: true, writable: true, value: madeOutsideRuns(manager.getRepository) });
+  Object.defineProperty(manager, 'getRepository', {
+    configurable: true,
+    writable: true,
+    value: madeOutsideRuns(manager.getRepository),
+  });
   Object.defineProperty(manager, 'getTreeRepository', {
     configurable: true,
     writable: true,

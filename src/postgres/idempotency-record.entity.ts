@@ -13,7 +13,12 @@ export class IdempotencyRecord {
   @PrimaryColumn({ type: 'text', primaryKeyConstraintName: 'idempotency_records_pkey' })
   endpoint: string;
 
-  @PrimaryColumn({ name: 'idempotency_key', type: 'varchar', length: 255, primaryKeyConstraintName: 'idempotency_records_pkey' })
+  @PrimaryColumn({
+    name: 'idempotency_key',
+    type: 'varchar',
+    length: 255,
+    primaryKeyConstraintName: 'idempotency_records_pkey',
+  })
   key: string;
 
   /** Hex sha256 (by default) of the request that claimed the key. */

@@ -63,7 +63,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
     // one has asked to be: a NOTIFY serializes every notifying commit of the cluster on one lock.
     const notifying = (statement: string) =>
-      countingRows(statement, `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`);
+      countingRows(
+        statement,
+        `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`,
+      );
 
     // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
     // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
@@ -137,7 +140,12 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     );
   }
 
-  async claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult> {
+  async claim(
+    scope: IdempotencyScope,
+    fingerprint: string,
+    attempt: string,
+    timing: ClaimTiming,
+  ): Promise<ClaimResult> {
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
       const rows = await this.query<ClaimRow>(this.claimSql, [
         scope.account,
@@ -188,7 +196,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return (await this.count(this.awaitSql, [scope.account, scope.endpoint, scope.key])) === 1;
   }
 
-  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
+  waitForChange(
+    scope: IdempotencyScope,
+    timeoutMs: number,
+  ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
     return this.changes.wait(scopeDigest(scope), timeoutMs);
   }
 
@@ -231,7 +242,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
     const config = { ...statement, values };
     if (transaction) {
-      const client = (transaction.manager.queryRunner as QueryRunner & { databaseConnection: PoolClient }).databaseConnection;
+      const client = (transaction.manager.queryRunner as QueryRunner & { databaseConnection: PoolClient })
+        .databaseConnection;
       return (await client.query(config)).rows as Row[];
     }
     const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [

@@ -31,9 +31,13 @@ const SCOPE_COLUMNS = ['account', 'endpoint', 'idempotency_key'];
  * answering every idempotent request 503 "retry" forever.
  */
 export async function checkRecordsTable(dataSource: DataSource, tableName: string): Promise<void> {
-  const [table] = (await dataSource.query(`SELECT to_regclass($1)::oid AS oid`, [quoteTableName(tableName)])) as { oid: number | null }[];
+  const [table] = (await dataSource.query(`SELECT to_regclass($1)::oid AS oid`, [quoteTableName(tableName)])) as {
+    oid: number | null;
+  }[];
   if (table.oid === null) {
-    throw new IdempotencySetupError(`The idempotency table "${tableName}" does not exist in the database. ${howToCreate(tableName)}`);
+    throw new IdempotencySetupError(
+      `The idempotency table "${tableName}" does not exist in the database. ${howToCreate(tableName)}`,
+    );
   }
   const columns = (await dataSource.query(
     `SELECT attname AS name, format_type(atttypid, NULL) AS type
@@ -51,7 +55,9 @@ export async function checkRecordsTable(dataSource: DataSource, tableName: strin
   const mistyped = Object.entries(EXPECTED_COLUMNS).filter(([name, type]) => typeOf.get(name) !== type);
   if (mistyped.length > 0) {
     const found = mistyped.map(([name, type]) => `${name} is ${typeOf.get(name)}, not ${type}`).join('; ');
-    throw new IdempotencySetupError(`The idempotency table "${tableName}" has columns of other types (${found}). ${howToCreate(tableName)}`);
+    throw new IdempotencySetupError(
+      `The idempotency table "${tableName}" has columns of other types (${found}). ${howToCreate(tableName)}`,
+    );
   }
   const [key] = (await dataSource.query(
     `SELECT count(*)::int AS n FROM pg_index i
@@ -69,7 +75,8 @@ export async function checkRecordsTable(dataSource: DataSource, tableName: strin
 }
 
 function howToCreate(tableName: string): string {
-  const migrations = tableName === DEFAULT_TABLE_NAME ? '`IdempotencyMigrations`' : `\`idempotencyMigrations('${tableName}')\``;
+  const migrations =
+    tableName === DEFAULT_TABLE_NAME ? '`IdempotencyMigrations`' : `\`idempotencyMigrations('${tableName}')\``;
   return (
     `Create or update it with the package's migrations: add ${migrations} (from 'nest-idempotency') to your data ` +
     `source's \`migrations\` and set \`migrationsRun: true\`, or run them with the TypeORM CLI ` +

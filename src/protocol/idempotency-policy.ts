@@ -1,5 +1,10 @@
 import { createHash } from 'node:crypto';
-import type { AccountResolver, FingerprintInput, IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+import type {
+  AccountResolver,
+  FingerprintInput,
+  IdempotencyModuleOptions,
+  IdempotentOptions,
+} from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
 import { describedValue } from './described-value.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
@@ -83,10 +88,16 @@ export interface IdempotencyPolicy {
 export const DEFAULT_TABLE_NAME = 'idempotency_records';
 
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
-export function resolvePurgeSettings(options: IdempotencyModuleOptions): { batchSize: number; intervalSeconds: number | false } {
+export function resolvePurgeSettings(options: IdempotencyModuleOptions): {
+  batchSize: number;
+  intervalSeconds: number | false;
+} {
   const batchSize = positiveInteger('purgeBatchSize', options.purgeBatchSize ?? 1000);
   const intervalSeconds = options.purgeIntervalSeconds ?? 300;
-  return { batchSize, intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds) };
+  return {
+    batchSize,
+    intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds),
+  };
 }
 
 /** The records table's name, checked. */
@@ -111,10 +122,14 @@ export function resolveDataSourceSettings(options: IdempotencyModuleOptions): {
 }
 
 /** The replay cache's limits, checked, or `undefined` when it is off. */
-export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
+export function resolveReplayCacheLimits({
+  replayCache = {},
+}: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
   if (replayCache === false) return undefined;
   if (typeof replayCache !== 'object' || replayCache === null) {
-    throw new RangeError(`Idempotency option replayCache must be false or an object of limits, got ${describedValue(replayCache)}`);
+    throw new RangeError(
+      `Idempotency option replayCache must be false or an object of limits, got ${describedValue(replayCache)}`,
+    );
   }
   return {
     maxEntries: positiveInteger('replayCache.maxEntries', replayCache.maxEntries ?? 10_000),
@@ -123,9 +138,14 @@ export function resolveReplayCacheLimits({ replayCache = {} }: IdempotencyModule
   };
 }
 
-export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}): IdempotencyPolicy {
+export function resolvePolicy(
+  moduleOptions: IdempotencyModuleOptions,
+  routeOptions: IdempotentOptions = {},
+): IdempotencyPolicy {
   const options = { ...moduleOptions, ...withoutUndefined(routeOptions) };
-  const extraHeaders = stringList('storedResponseHeaders', options.storedResponseHeaders ?? []).map((name) => name.toLowerCase());
+  const extraHeaders = stringList('storedResponseHeaders', options.storedResponseHeaders ?? []).map((name) =>
+    name.toLowerCase(),
+  );
   return {
     headerName: nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key'),
     replayHeaderName: nonEmptyString('replayHeaderName', options.replayHeaderName ?? 'Idempotent-Replay'),
@@ -139,7 +159,8 @@ export function resolvePolicy(moduleOptions: IdempotencyModuleOptions, routeOpti
     finalizeRetries: wholeNumber('finalizeRetries', options.finalizeRetries ?? 5),
     retryAfterSeconds: positive('retryAfterSeconds', options.retryAfterSeconds ?? 2),
     storeTimeoutSeconds: positive('storeTimeoutSeconds', options.storeTimeoutSeconds ?? 5),
-    accountResolver: options.accountResolver === undefined ? undefined : callable('accountResolver', options.accountResolver),
+    accountResolver:
+      options.accountResolver === undefined ? undefined : callable('accountResolver', options.accountResolver),
     fingerprint: callable('fingerprint', options.fingerprint ?? sha256Fingerprint),
     storedResponseHeaders: new Set(
       [...ALWAYS_STORED_HEADERS, ...extraHeaders].filter((name) => !NEVER_STORED_HEADERS.has(name)),
@@ -172,14 +193,17 @@ function wholeNumber(name: string, value: number): number {
 
 function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
   if (!(allowed as readonly string[]).includes(value)) {
-    throw new RangeError(`Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${describedValue(value)}`);
+    throw new RangeError(
+      `Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${describedValue(value)}`,
+    );
   }
   return value as T;
 }
 
 /** A flag read from the environment is a string, and `"false"` is truthy: refused rather than taken for `true`. */
 function boolean(name: string, value: boolean): boolean {
-  if (typeof value !== 'boolean') throw new TypeError(`Idempotency option ${name} must be true or false, got ${describedValue(value)}`);
+  if (typeof value !== 'boolean')
+    throw new TypeError(`Idempotency option ${name} must be true or false, got ${describedValue(value)}`);
   return value;
 }
 
@@ -198,7 +222,8 @@ function stringList(name: string, value: string[]): string[] {
 }
 
 function callable<F extends (...args: never[]) => unknown>(name: string, value: F): F {
-  if (typeof value !== 'function') throw new TypeError(`Idempotency option ${name} must be a function, got ${describedValue(value)}`);
+  if (typeof value !== 'function')
+    throw new TypeError(`Idempotency option ${name} must be a function, got ${describedValue(value)}`);
   return value;
 }
 

@@ -35,7 +35,9 @@ export class IdempotencyRun {
    */
   deriveKey(purpose: string): string {
     const { account, endpoint, key } = this.claim.scope;
-    return createHash('sha256').update(JSON.stringify([account, endpoint, key, purpose])).digest('base64url');
+    return createHash('sha256')
+      .update(JSON.stringify([account, endpoint, key, purpose]))
+      .digest('base64url');
   }
 }
 

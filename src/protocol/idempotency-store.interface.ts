@@ -18,12 +18,16 @@ export interface StoredResponse {
 /** The record that held the scope when a claim did not win it. */
 export type ExistingRecord =
   | { status: 'in_progress'; fingerprint: string }
-  | { status: 'completed'; fingerprint: string; response: StoredResponse; /** Left before it expires. */ expiresInSeconds: number };
+  | {
+      status: 'completed';
+      fingerprint: string;
+      response: StoredResponse;
+      /** Left before it expires. */ expiresInSeconds: number;
+    };
 
 export type ClaimResult =
   /** `takeover`: the claim took over an in-progress record whose lease had lapsed (its holder may have died). */
-  | { claimed: true; takeover: boolean }
-  | { claimed: false; existing: ExistingRecord };
+  { claimed: true; takeover: boolean } | { claimed: false; existing: ExistingRecord };
 
 export interface ClaimTiming {
   /** The claim blocks other attempts this long. */
@@ -62,7 +66,12 @@ export interface IdempotencyStore {
    * Stores the outcome, inside `transaction` when given; false when the claim is no longer held.
    * Attempts awaiting the outcome (`awaitOutcome`) are woken when it commits.
    */
-  complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number, transaction?: StoreTransaction): Promise<boolean>;
+  complete(
+    claim: IdempotencyClaim,
+    response: StoredResponse,
+    ttlSeconds: number,
+    transaction?: StoreTransaction,
+  ): Promise<boolean>;
   /**
    * Deletes the in-progress record so that a retry runs again; false when the claim is no longer held.
    * Attempts awaiting the outcome are woken when it commits.
@@ -77,7 +86,10 @@ export interface IdempotencyStore {
    * `changed` resolves when the record of `scope` may have been completed or released, or after `timeoutMs`;
    * `listening` once changes are being listened for (or listening failed, leaving only the timeout).
    */
-  waitForChange(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void };
+  waitForChange(
+    scope: IdempotencyScope,
+    timeoutMs: number,
+  ): { changed: Promise<void>; listening: Promise<void>; cancel(): void };
   /**
    * Starts a transaction on a connection of its own, waiting at most `timeoutMs` for the store to allow one more
    * (a store may keep connections free for claims); past it, rejects and takes none later.

@@ -36,7 +36,8 @@ import type {
 import { type Instant, ReplayCache } from './replay-cache.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
-export type IdempotencyDecision = { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
+export type IdempotencyDecision =
+  { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
 
 /** An operation outside HTTP (a queue message, a cron run, a workflow step) and its key. */
 export interface IdempotentOperation {
@@ -137,7 +138,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       await this.store.checkSchema?.();
     } catch (error) {
       if (error instanceof IdempotencySetupError) throw error;
-      this.logger.warn(`Could not check the idempotency table at start-up: ${error instanceof Error ? error.message : error}`);
+      this.logger.warn(
+        `Could not check the idempotency table at start-up: ${error instanceof Error ? error.message : error}`,
+      );
     }
   }
 
@@ -152,7 +155,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     clearInterval(this.purgeTimer);
     const timeoutSeconds = this.shutdownTimeoutSeconds;
     if (this.activeAttempts() > 0) {
-      this.logger.log(`Shutting down: waiting up to ${timeoutSeconds} s for ${this.activeAttempts()} running idempotent attempt(s).`);
+      this.logger.log(
+        `Shutting down: waiting up to ${timeoutSeconds} s for ${this.activeAttempts()} running idempotent attempt(s).`,
+      );
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         new Promise<void>((resolve) => (this.drained = resolve)),
@@ -161,7 +166,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       clearTimeout(timer);
     }
     const finishing = new Promise<void>((resolve) => (this.drained = resolve));
-    await Promise.all([...this.running].filter(([, attempt]) => !attempt.finishing).map(([run, attempt]) => this.abandon(run, attempt)));
+    await Promise.all(
+      [...this.running].filter(([, attempt]) => !attempt.finishing).map(([run, attempt]) => this.abandon(run, attempt)),
+    );
     // Outcomes being written (each store operation bounded by storeTimeoutSeconds) keep the database open until
     // they are written, for at most another shutdownTimeoutSeconds.
     if (this.activeAttempts() > 0) {
@@ -284,7 +291,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * with the handler's writes, and anything else rolls them back. Returns the error the client must get
    * instead of the response when the outcome could not be committed; `undefined` otherwise.
    */
-  async finish(run: IdempotencyRun, outcome: AttemptOutcome, policy: IdempotencyPolicy): Promise<IdempotencyError | undefined> {
+  async finish(
+    run: IdempotencyRun,
+    outcome: AttemptOutcome,
+    policy: IdempotencyPolicy,
+  ): Promise<IdempotencyError | undefined> {
     clearInterval(this.leases.get(run));
     this.leases.delete(run);
     const attempt = this.running.get(run);
@@ -299,14 +310,20 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 
   /** Stores or releases the finished attempt's outcome (committing or rolling back its transaction). */
-  private async writeOutcome(run: IdempotencyRun, outcome: AttemptOutcome, policy: IdempotencyPolicy): Promise<IdempotencyError | undefined> {
+  private async writeOutcome(
+    run: IdempotencyRun,
+    outcome: AttemptOutcome,
+    policy: IdempotencyPolicy,
+  ): Promise<IdempotencyError | undefined> {
     const { response, failed } = outcome;
     const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
     if (transaction && this.cutTransactions.has(transaction)) {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
       const held = await this.finalize(run.claim, undefined, policy);
-      return held === false ? new RequestInProgressError(policy.retryAfterSeconds) : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      return held === false
+        ? new RequestInProgressError(policy.retryAfterSeconds)
+        : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
     if (transaction && storable && !failed) return this.commitWithOutcome(run, storable, policy);
     if (transaction) {
@@ -335,7 +352,13 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */
   private rememberOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): void {
     const claimed = this.claimsOf.get(run);
-    if (claimed) this.replays.remember(run.scope, { fingerprint: claimed.fingerprint, response }, policy.ttlSeconds, claimed.since);
+    if (claimed)
+      this.replays.remember(
+        run.scope,
+        { fingerprint: claimed.fingerprint, response },
+        policy.ttlSeconds,
+        claimed.since,
+      );
   }
 
   /**
@@ -354,7 +377,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const policy = resolvePolicy(this.options, options);
     const scope = { account: operation.account ?? '', endpoint: `operation ${operation.name}`, key: operation.key };
     assertFaithfulJson(operation.input ?? null, 'input'); // before anything is claimed
-    const fingerprint = createHash('sha256').update(canonicalJson(operation.input ?? null)).digest('hex');
+    const fingerprint = createHash('sha256')
+      .update(canonicalJson(operation.input ?? null))
+      .digest('hex');
     const decision = await this.begin(scope, fingerprint, policy);
     if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
 
@@ -395,7 +420,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 
   /** Asks to be woken when the outcome of `scope` is stored or its claim released; false when it already was. */
-  private async awaitOutcome(scope: IdempotencyScope, policy: IdempotencyPolicy, cancelWaiting: () => void): Promise<boolean> {
+  private async awaitOutcome(
+    scope: IdempotencyScope,
+    policy: IdempotencyPolicy,
+    cancelWaiting: () => void,
+  ): Promise<boolean> {
     try {
       return await withTimeout(this.store.awaitOutcome(scope), policy, 'awaiting the outcome');
     } catch (error) {
@@ -406,7 +435,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 
   /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */
-  private async startRun(claim: IdempotencyClaim, takeover: boolean, policy: IdempotencyPolicy): Promise<IdempotencyRun> {
+  private async startRun(
+    claim: IdempotencyClaim,
+    takeover: boolean,
+    policy: IdempotencyPolicy,
+  ): Promise<IdempotencyRun> {
     let run = new IdempotencyRun(claim, takeover);
     if (policy.transactional) {
       const opening = this.store.beginTransaction(policy.storeTimeoutSeconds * 1000);
@@ -414,7 +447,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         run = new IdempotencyRun(claim, takeover, await withTimeout(opening, policy, 'beginning a transaction'));
       } catch (error) {
         opening.then((late) => late.rollback()).catch(() => undefined);
-        this.logger.error(`Opening the transaction of ${describe(claim.scope)} failed; the request is refused with 503: ${error}`);
+        this.logger.error(
+          `Opening the transaction of ${describe(claim.scope)} failed; the request is refused with 503: ${error}`,
+        );
         await this.finalize(claim, undefined, policy);
         throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
@@ -435,29 +470,38 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       this.leases.delete(run);
     };
     let renewing = false;
-    const timer = setInterval(() => {
-      if (renewing) return; // a renewal still waiting for the database: do not pile more up behind it
-      if (Date.now() >= holdUntil) {
-        stop();
-        this.logger.warn(
-          `The handler of ${describe(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its lease ` +
-            'is no longer renewed, and a retry may take the key over once it lapses' +
-            (run.transaction ? '; its transaction is cut (rolled back), so that its row locks do not block the retry.' : '.'),
-        );
-        if (run.transaction) void this.cutTransaction(run.transaction, policy);
-        return;
-      }
-      renewing = true;
-      // Bounded, so that one renewal the database never answers does not stop the ones after it.
-      withTimeout(this.store.renew(run.claim, timing), policy, 'renewing the lease').finally(() => (renewing = false)).then(
-        (held) => {
-          if (held || !this.leases.has(run)) return; // still held, or the attempt finished meanwhile
+    const timer = setInterval(
+      () => {
+        if (renewing) return; // a renewal still waiting for the database: do not pile more up behind it
+        if (Date.now() >= holdUntil) {
           stop();
-          this.logger.warn(`The claim on ${describe(run.scope)} was taken over while its handler ran; its outcome will not be stored.`);
-        },
-        (error: unknown) => this.logger.warn(`Renewing the lease of ${describe(run.scope)} failed: ${error}`),
-      );
-    }, (policy.leaseSeconds * 1000) / 3);
+          this.logger.warn(
+            `The handler of ${describe(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its lease ` +
+              'is no longer renewed, and a retry may take the key over once it lapses' +
+              (run.transaction
+                ? '; its transaction is cut (rolled back), so that its row locks do not block the retry.'
+                : '.'),
+          );
+          if (run.transaction) void this.cutTransaction(run.transaction, policy);
+          return;
+        }
+        renewing = true;
+        // Bounded, so that one renewal the database never answers does not stop the ones after it.
+        withTimeout(this.store.renew(run.claim, timing), policy, 'renewing the lease')
+          .finally(() => (renewing = false))
+          .then(
+            (held) => {
+              if (held || !this.leases.has(run)) return; // still held, or the attempt finished meanwhile
+              stop();
+              this.logger.warn(
+                `The claim on ${describe(run.scope)} was taken over while its handler ran; its outcome will not be stored.`,
+              );
+            },
+            (error: unknown) => this.logger.warn(`Renewing the lease of ${describe(run.scope)} failed: ${error}`),
+          );
+      },
+      (policy.leaseSeconds * 1000) / 3,
+    );
     timer.unref();
     this.leases.set(run, timer);
   }
@@ -466,7 +510,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private async commitWithOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) {
     const transaction = run.transaction as NonNullable<IdempotencyRun['transaction']>;
     try {
-      const held = await withTimeout(this.store.complete(run.claim, response, policy.ttlSeconds, transaction), policy, 'storing the outcome');
+      const held = await withTimeout(
+        this.store.complete(run.claim, response, policy.ttlSeconds, transaction),
+        policy,
+        'storing the outcome',
+      );
       if (!held) {
         await this.endTransaction(transaction, 'rollback', policy);
         this.logger.warn(
@@ -493,11 +541,17 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * Commits or rolls back within `storeTimeoutSeconds`; past it, the connection is cut, so that a stalled
    * database neither holds the response nor keeps the connection (PostgreSQL rolls back what was not committed).
    */
-  private async endTransaction(transaction: StoreTransaction, ending: 'commit' | 'rollback', policy: IdempotencyPolicy) {
-    await withTimeout(transaction[ending](), policy, ending === 'commit' ? 'committing' : 'rolling back').catch((error: unknown) => {
-      if (error instanceof StoreTimeoutError) transaction.abandon();
-      throw error;
-    });
+  private async endTransaction(
+    transaction: StoreTransaction,
+    ending: 'commit' | 'rollback',
+    policy: IdempotencyPolicy,
+  ) {
+    await withTimeout(transaction[ending](), policy, ending === 'commit' ? 'committing' : 'rolling back').catch(
+      (error: unknown) => {
+        if (error instanceof StoreTimeoutError) transaction.abandon();
+        throw error;
+      },
+    );
   }
 
   /**
@@ -519,7 +573,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     }
   }
 
-  private async retryFinalize(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy) {
+  private async retryFinalize(
+    claim: IdempotencyClaim,
+    response: StoredResponse | undefined,
+    policy: IdempotencyPolicy,
+  ) {
     let lastError: unknown;
     for (let retry = 0; retry < policy.finalizeRetries; retry += 1) {
       await delay(FINALIZE_BACKOFF_MS * 2 ** retry, undefined, { ref: false });
@@ -562,11 +620,16 @@ function parseResult<T>(response: StoredResponse): JsonResult<T> {
 class StoreTimeoutError extends Error {}
 
 /** Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. */
-async function withTimeout<T>(operation: Promise<T>, policy: Pick<IdempotencyPolicy, 'storeTimeoutSeconds'>, what: string): Promise<T> {
+async function withTimeout<T>(
+  operation: Promise<T>,
+  policy: Pick<IdempotencyPolicy, 'storeTimeoutSeconds'>,
+  what: string,
+): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
-      () => reject(new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
+      () =>
+        reject(new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
       policy.storeTimeoutSeconds * 1000,
     );
   });

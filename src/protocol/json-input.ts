@@ -27,7 +27,10 @@ function check(value: unknown, path: string, ancestors: Set<object>): void {
     for (const [key, nested] of Object.entries(value)) check(nested, `${path}${propertyPath(key)}`, ancestors);
   } else {
     const name = (value as object).constructor?.name ?? 'an object without a plain prototype';
-    refuse(path, `is a ${name}, not a plain object or array: convert it first (a Date to its ISO string, a Map to an object, a Set to an array)`);
+    refuse(
+      path,
+      `is a ${name}, not a plain object or array: convert it first (a Date to its ISO string, a Map to an object, a Set to an array)`,
+    );
   }
   ancestors.delete(value);
 }

@@ -10,9 +10,9 @@ type Flattened<T> = { [K in keyof T]: T[K] };
  */
 type JsonifiedObject<T> = Flattened<
   { [K in keyof T as undefined extends T[K] ? never : T[K] extends Unrepresentable ? never : K]: Jsonified<T[K]> } & {
-    [K in keyof T as undefined extends T[K] ? (Exclude<T[K], undefined> extends Unrepresentable ? never : K) : never]?: Jsonified<
-      Exclude<T[K], undefined>
-    >;
+    [
+      K in keyof T as undefined extends T[K] ? (Exclude<T[K], undefined> extends Unrepresentable ? never : K) : never
+    ]?: Jsonified<Exclude<T[K], undefined>>;
   }
 >;
 

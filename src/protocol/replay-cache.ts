@@ -70,7 +70,11 @@ export class ReplayCache {
     const lifetimeMs = Math.min(expiresInSeconds, this.limits.maxAgeSeconds) * 1000;
     const id = idOf(scope);
     const { fingerprint, response } = outcome;
-    const bytes = id.length + fingerprint.length + JSON.stringify(response.headers).length + response.body.length +
+    const bytes =
+      id.length +
+      fingerprint.length +
+      JSON.stringify(response.headers).length +
+      response.body.length +
       ENTRY_OVERHEAD_BYTES;
     if (!(lifetimeMs > 0) || bytes > this.limits.maxBytes) return;
     // A copy of its own: the body may be a view of a larger (pooled) buffer, or of one its handler still holds.

@@ -103,12 +103,18 @@ async function startApp(poolSize: number, options: IdempotencyModuleOptions, Sto
         migrationsRun: true,
         extra: { max: poolSize },
       }),
-      IdempotencyModule.forRoot({ accountResolver: (context) => context.switchToHttp().getRequest<Request>().header('x-account') ?? 'acct', ...options }),
+      IdempotencyModule.forRoot({
+        accountResolver: (context) => context.switchToHttp().getRequest<Request>().header('x-account') ?? 'acct',
+        ...options,
+      }),
     ],
     controllers: [BoundedController],
   })
     .overrideProvider(IDEMPOTENCY_STORE)
-    .useFactory({ factory: (dataSource: DataSource) => new Store(dataSource, 'idempotency_records'), inject: [getDataSourceToken()] })
+    .useFactory({
+      factory: (dataSource: DataSource) => new Store(dataSource, 'idempotency_records'),
+      inject: [getDataSourceToken()],
+    })
     .setLogger(logger)
     .compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
@@ -124,7 +130,9 @@ describe('lease renewals', () => {
     const leaseSeconds = 1.2;
     await startApp(10, { leaseSeconds, storeTimeoutSeconds: 0.3 }, FirstRenewalHangs);
     const key = randomUUID();
-    const first = post('held', key).set('X-Hold', 'yes').then((response) => response);
+    const first = post('held', key)
+      .set('X-Hold', 'yes')
+      .then((response) => response);
     await gate.reached;
     await expectHeldThroughout(db, key, 3 * leaseSeconds, () => post('held', key).expect(409));
     gate.release();
@@ -179,7 +187,10 @@ describe('transactional handlers on a pool of five', () => {
         return response;
       });
     });
-    await waitFor(async () => (entered + refused.length === 5 ? true : undefined), 'each request to enter its handler or be refused');
+    await waitFor(
+      async () => (entered + refused.length === 5 ? true : undefined),
+      'each request to enter its handler or be refused',
+    );
     for (const key of refused) {
       expect(logger.errors).toContain(
         `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /bounded/tx failed; the request is refused ` +
@@ -201,7 +212,9 @@ describe('transactional handlers on a pool of five', () => {
   it('run at most pool size - 3 at once while a route waits in flight, whose listener holds a slot', async () => {
     await startApp(5, { storeTimeoutSeconds: 1 });
     await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-    await expect(db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`)).resolves.toHaveLength(1);
+    await expect(
+      db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
+    ).resolves.toHaveLength(1);
     const { running, answers } = await holdFive();
     expect(running).toBe(2);
     await post('plain', randomUUID()).expect(201);
@@ -230,7 +243,9 @@ describe('a pool of three (one transaction slot)', () => {
   it('keeps its transaction slot for transactional routes once a route waits in flight: the listener takes a free connection', async () => {
     await startApp(3, { storeTimeoutSeconds: 1 });
     await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-    await expect(db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`)).resolves.toHaveLength(1);
+    await expect(
+      db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
+    ).resolves.toHaveLength(1);
     const answer = post('tx', randomUUID()).then((response) => response);
     await Promise.race([gate.reached, answer]); // refused at once (503) when it finds no slot
     gate.release();

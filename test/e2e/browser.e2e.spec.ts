@@ -5,7 +5,13 @@ import { startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 const CHROMIUM = '/usr/bin/chromium';
-const FLAGS = ['--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--disable-sync'];
+const FLAGS = [
+  '--no-sandbox',
+  '--disable-gpu',
+  '--disable-background-networking',
+  '--disable-component-update',
+  '--disable-sync',
+];
 const missing = existsSync(CHROMIUM) ? undefined : `Chromium is not installed at ${CHROMIUM} (Debian package chromium)`;
 if (missing) console.warn(`The browser test is skipped: ${missing}`);
 
@@ -40,9 +46,11 @@ if (missing) console.warn(`The browser test is skipped: ${missing}`);
     await page.click('#pay');
     await page.locator('#clicks li.done').nth(2).waitFor({ timeout: 15_000 });
 
-    const clicks = await page.locator('#clicks li.done').evaluateAll((items) =>
-      items.map((item) => ({ ...(item as unknown as { dataset: Record<string, string> }).dataset })),
-    );
+    const clicks = await page
+      .locator('#clicks li.done')
+      .evaluateAll((items) =>
+        items.map((item) => ({ ...(item as unknown as { dataset: Record<string, string> }).dataset })),
+      );
     // Newest first: the dropped click's answer came back as a replay; the two quick clicks as first answers.
     expect(clicks.map((click) => [click.status, click.replayed])).toEqual([
       ['201', 'true'],

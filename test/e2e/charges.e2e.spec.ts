@@ -61,21 +61,40 @@ afterAll(async () => {
 const chargeCount = async (account = ALICE) =>
   (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM charges WHERE account = $1', [account]))[0].n;
 const recordOf = async (key: string) =>
-  (await db.query('SELECT status, response_status, endpoint, account FROM idempotency_records WHERE idempotency_key = $1', [key]))[0];
+  (
+    await db.query(
+      'SELECT status, response_status, endpoint, account FROM idempotency_records WHERE idempotency_key = $1',
+      [key],
+    )
+  )[0];
 
 describe('a new key, then a replay', () => {
   it('creates one charge and replays the same bytes, status and headers with Idempotent-Replay', async () => {
     const key = randomUUID();
     const first = await postCharge(app.url, charge, key).expect(201);
-    expect(first.body).toMatchObject({ id: expect.stringMatching(/^ch_/), object: 'charge', amount: 1200, currency: 'eur', status: 'succeeded', description: 'Order 42' });
+    expect(first.body).toMatchObject({
+      id: expect.stringMatching(/^ch_/),
+      object: 'charge',
+      amount: 1200,
+      currency: 'eur',
+      status: 'succeeded',
+      description: 'Order 42',
+    });
     expect(first.headers['idempotent-replay']).toBeUndefined();
 
     const replay = await postCharge(app.url, charge, key).expect(201);
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(replay.headers['content-type']).toBe(first.headers['content-type']);
     expect(replay.text).toBe(first.text);
-    await expect(db.query('SELECT count(*)::int AS n FROM charges WHERE id = $1', [first.body.id])).resolves.toEqual([{ n: 1 }]);
-    await expect(recordOf(key)).resolves.toMatchObject({ status: 'completed', response_status: 201, endpoint: 'POST /v1/charges', account: ALICE });
+    await expect(db.query('SELECT count(*)::int AS n FROM charges WHERE id = $1', [first.body.id])).resolves.toEqual([
+      { n: 1 },
+    ]);
+    await expect(recordOf(key)).resolves.toMatchObject({
+      status: 'completed',
+      response_status: 201,
+      endpoint: 'POST /v1/charges',
+      account: ALICE,
+    });
   });
 
   it('reads the key in its RFC 8941 quoted form as the same key', async () => {
@@ -104,7 +123,11 @@ describe('a key reused for a different request', () => {
     await postCharge(app.url, charge, key).expect(201);
     const before = await chargeCount();
     const reuse = await postCharge(app.url, { ...charge, amount: 9900 }, key).expect(422);
-    expect(reuse.body).toEqual({ statusCode: 422, error: 'idempotency_key_reuse', message: expect.stringContaining('different request') });
+    expect(reuse.body).toEqual({
+      statusCode: 422,
+      error: 'idempotency_key_reuse',
+      message: expect.stringContaining('different request'),
+    });
     expect(await chargeCount()).toBe(before);
   });
 
@@ -113,10 +136,14 @@ describe('a key reused for a different request', () => {
     const bytes = JSON.stringify(charge);
     const before = await chargeCount();
     await postCharge(app.url, bytes, key).set('Content-Type', 'application/json; charset=utf-8').expect(201);
-    const asForm = await postCharge(app.url, bytes, key).set('Content-Type', 'application/x-www-form-urlencoded').expect(422);
+    const asForm = await postCharge(app.url, bytes, key)
+      .set('Content-Type', 'application/x-www-form-urlencoded')
+      .expect(422);
     expect(asForm.body.error).toBe('idempotency_key_reuse');
     // Another spelling of the same type is the same request.
-    const replay = await postCharge(app.url, bytes, key).set('Content-Type', 'Application/JSON ;charset=UTF-8').expect(201);
+    const replay = await postCharge(app.url, bytes, key)
+      .set('Content-Type', 'Application/JSON ;charset=UTF-8')
+      .expect(201);
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(await chargeCount()).toBe(before + 1);
   });
@@ -124,7 +151,9 @@ describe('a key reused for a different request', () => {
   it('is refused when only the JSON formatting differs, since the raw bytes are fingerprinted', async () => {
     const key = randomUUID();
     await postCharge(app.url, JSON.stringify(charge), key).set('Content-Type', 'application/json').expect(201);
-    await postCharge(app.url, JSON.stringify(charge, null, 2), key).set('Content-Type', 'application/json').expect(422);
+    await postCharge(app.url, JSON.stringify(charge, null, 2), key)
+      .set('Content-Type', 'application/json')
+      .expect(422);
   });
 
   it('is refused when only the query string differs, since the fingerprint covers the path with its query', async () => {
@@ -185,7 +214,10 @@ describe('keys that are missing or malformed', () => {
   it('refuses a POST without a key: 400 idempotency_key_required, nothing stored or charged', async () => {
     const before = await chargeCount();
     const response = await postCharge(app.url, charge).expect(400);
-    expect(response.body).toMatchObject({ error: 'idempotency_key_required', message: expect.stringContaining('Idempotency-Key') });
+    expect(response.body).toMatchObject({
+      error: 'idempotency_key_required',
+      message: expect.stringContaining('Idempotency-Key'),
+    });
     expect(await chargeCount()).toBe(before);
   });
 
@@ -223,12 +255,19 @@ describe('scopes', () => {
     const key = randomUUID();
     const created = await postCharge(app.url, charge, key).expect(201);
     const refund = await post(app.url, '/v1/refunds', { charge: created.body.id, amount: 200 }, key).expect(201);
-    expect(refund.body).toEqual({ id: expect.stringMatching(/^re_/), object: 'refund', charge: created.body.id, amount: 200 });
+    expect(refund.body).toEqual({
+      id: expect.stringMatching(/^re_/),
+      object: 'refund',
+      charge: created.body.id,
+      amount: 200,
+    });
     expect(refund.headers['idempotent-replay']).toBeUndefined();
 
     const replay = await post(app.url, '/v1/refunds', { charge: created.body.id, amount: 200 }, key).expect(201);
     expect(replay.body.id).toBe(refund.body.id);
-    await expect(db.query('SELECT amount_refunded FROM charges WHERE id = $1', [created.body.id])).resolves.toEqual([{ amount_refunded: 200 }]);
+    await expect(db.query('SELECT amount_refunded FROM charges WHERE id = $1', [created.body.id])).resolves.toEqual([
+      { amount_refunded: 200 },
+    ]);
   });
 });
 
@@ -237,7 +276,9 @@ describe('outcomes of the handler', () => {
     const key = randomUUID();
     const before = await chargeCount();
     const declined = await postCharge(app.url, { ...charge, source: 'tok_chargeDeclined' }, key).expect(402);
-    expect(declined.body).toEqual({ error: { type: 'card_error', code: 'card_declined', message: expect.any(String) } });
+    expect(declined.body).toEqual({
+      error: { type: 'card_error', code: 'card_declined', message: expect.any(String) },
+    });
     const replay = await postCharge(app.url, { ...charge, source: 'tok_chargeDeclined' }, key).expect(402);
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(replay.text).toBe(declined.text);
@@ -270,10 +311,18 @@ describe('outcomes of the handler', () => {
   it('never touches the store for requests refused before the handler: 401, 413, unparsable JSON', async () => {
     const key = randomUUID();
     await request(app.url).post('/v1/charges').set('Idempotency-Key', key).send(charge).expect(401);
-    await request(app.url).post('/v1/charges').set('Authorization', 'Bearer nope').set('X-API-Key', ALICE).set('Idempotency-Key', key).send(charge).expect(401);
+    await request(app.url)
+      .post('/v1/charges')
+      .set('Authorization', 'Bearer nope')
+      .set('X-API-Key', ALICE)
+      .set('Idempotency-Key', key)
+      .send(charge)
+      .expect(401);
     const tooLarge = await postCharge(app.url, { ...charge, description: 'x'.repeat(200_000) }, key).expect(413);
     expect(tooLarge.headers['content-type']).toMatch(/json/);
-    const unparsable = await postCharge(app.url, '{"amount": 12', key).set('Content-Type', 'application/json').expect(400);
+    const unparsable = await postCharge(app.url, '{"amount": 12', key)
+      .set('Content-Type', 'application/json')
+      .expect(400);
     expect(unparsable.headers['content-type']).toMatch(/json/);
     await expect(recordOf(key)).resolves.toBeUndefined();
   });
@@ -281,7 +330,11 @@ describe('outcomes of the handler', () => {
 
 describe('methods that are already safe', () => {
   it('pass GET through untouched, even with a malformed key', async () => {
-    const list = await request(app.url).get('/v1/charges?limit=2').set('X-API-Key', ALICE).set('Idempotency-Key', 'not a valid key').expect(200);
+    const list = await request(app.url)
+      .get('/v1/charges?limit=2')
+      .set('X-API-Key', ALICE)
+      .set('Idempotency-Key', 'not a valid key')
+      .expect(200);
     expect(list.body).toMatchObject({ object: 'list' });
     expect(list.body.data.length).toBeLessThanOrEqual(2);
     expect(list.headers['idempotent-replay']).toBeUndefined();
@@ -304,11 +357,19 @@ describe('PATCH', () => {
     const b = (await postCharge(app.url, charge, randomUUID()).expect(201)).body.id;
     const key = randomUUID();
     const patch = (id: string, description: string) =>
-      request(app.url).patch(`/v1/charges/${id}`).set('X-API-Key', ALICE).set('Idempotency-Key', key).send({ description });
+      request(app.url)
+        .patch(`/v1/charges/${id}`)
+        .set('X-API-Key', ALICE)
+        .set('Idempotency-Key', key)
+        .send({ description });
 
     const first = await patch(a, 'first').expect(200);
     expect(first.body).toMatchObject({ id: a, description: 'first' });
-    await request(app.url).patch(`/v1/charges/${a}`).set('X-API-Key', ALICE).send({ description: 'without a key' }).expect(200);
+    await request(app.url)
+      .patch(`/v1/charges/${a}`)
+      .set('X-API-Key', ALICE)
+      .send({ description: 'without a key' })
+      .expect(200);
     const replay = await patch(a, 'first').expect(200);
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(replay.text).toBe(first.text);
@@ -340,7 +401,12 @@ describe('TTL', () => {
       // run longer than the TTL.
       await waitFor(
         async () =>
-          (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND created_at < now() - interval '1.5 s'`, [key]))[0],
+          (
+            await db.query(
+              `SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND created_at < now() - interval '1.5 s'`,
+              [key],
+            )
+          )[0],
         'the run to outlast its TTL',
       );
       held.open();
@@ -361,12 +427,20 @@ describe('TTL', () => {
       const key = randomUUID();
       const first = await postCharge(shortLived.url, charge, key).expect(201);
       // An edit behind the module's back shows that the replay comes from memory.
-      await db.query(`UPDATE idempotency_records SET response_body = convert_to('{}', 'UTF8') WHERE idempotency_key = $1`, [key]);
+      await db.query(
+        `UPDATE idempotency_records SET response_body = convert_to('{}', 'UTF8') WHERE idempotency_key = $1`,
+        [key],
+      );
       const replay = await postCharge(shortLived.url, charge, key).expect(201);
       expect(replay.headers['idempotent-replay']).toBe('true');
       expect(replay.text).toBe(first.text);
       await waitFor(
-        async () => (await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND expires_at <= now()', [key]))[0],
+        async () =>
+          (
+            await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND expires_at <= now()', [
+              key,
+            ])
+          )[0],
         'the record to expire',
       );
       const after = await postCharge(shortLived.url, charge, key).expect(201);
@@ -379,7 +453,7 @@ describe('TTL', () => {
 });
 
 describe('refunds', () => {
-  it('refund what is left by default, never more, and never another account\'s charge', async () => {
+  it("refund what is left by default, never more, and never another account's charge", async () => {
     const id = (await postCharge(app.url, { amount: 1000, currency: 'eur' }, randomUUID()).expect(201)).body.id;
     await post(app.url, '/v1/refunds', { charge: id }, randomUUID(), BOB).expect(400);
     await post(app.url, '/v1/refunds', { charge: id, amount: 1001 }, randomUUID()).expect(400);
@@ -389,7 +463,9 @@ describe('refunds', () => {
     expect(rest.body.amount).toBe(700);
     const nothingLeft = await post(app.url, '/v1/refunds', { charge: id }, randomUUID()).expect(400);
     expect(nothingLeft.body.error.type).toBe('invalid_request_error');
-    await expect(db.query('SELECT sum(amount)::int AS total FROM refunds WHERE charge_id = $1', [id])).resolves.toEqual([{ total: 1000 }]);
+    await expect(db.query('SELECT sum(amount)::int AS total FROM refunds WHERE charge_id = $1', [id])).resolves.toEqual(
+      [{ total: 1000 }],
+    );
   });
 });
 

@@ -21,7 +21,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const chargesOf = async (account: string) => db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
+const chargesOf = async (account: string) =>
+  db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
 
 describe('the client half against the sample app', () => {
   it('recovers a response lost on the wire: one charge, and the retry gets the replayed answer', async () => {
@@ -47,10 +48,18 @@ describe('the client half against the sample app', () => {
     await expect(chargesOf(account)).resolves.toHaveLength(1);
   });
 
-  it('the page\'s toggle drops the first answer in the app itself; the retry replays it', async () => {
+  it("the page's toggle drops the first answer in the app itself; the retry replays it", async () => {
     const account = `sk_test_client_${randomUUID().slice(0, 8)}`;
-    const client = createIdempotentClient({ baseUrl: app.url, headers: { 'X-API-Key': account }, retry: { baseDelayMs: 20 } });
-    const result = await client.post('/v1/charges', { amount: 900, currency: 'eur' }, { headers: { 'X-Demo-Drop-Response': 'once' } });
+    const client = createIdempotentClient({
+      baseUrl: app.url,
+      headers: { 'X-API-Key': account },
+      retry: { baseDelayMs: 20 },
+    });
+    const result = await client.post(
+      '/v1/charges',
+      { amount: 900, currency: 'eur' },
+      { headers: { 'X-Demo-Drop-Response': 'once' } },
+    );
     expect(result).toMatchObject({ replayed: true, attempts: 2 });
     await expect(chargesOf(account)).resolves.toHaveLength(1);
   });

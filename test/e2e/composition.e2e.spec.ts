@@ -146,7 +146,9 @@ class OwnAnswerController {
   async queriesAfterGate(@Req() req: Request) {
     await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1)', [this.context.run!.key]);
     await passGate(req);
-    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      this.context.run!.key,
+    ]);
     return { id };
   }
 }
@@ -171,7 +173,9 @@ class AfterTimeoutController {
 
   private async write(req: Request) {
     await passGate(req);
-    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      this.context.run!.key,
+    ]);
     return id as number;
   }
 
@@ -239,7 +243,9 @@ class InheritsMarkController extends MarkedBase {
   @Post('own')
   async own(@Req() req: Request) {
     await passGate(req);
-    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      this.context.run!.key,
+    ]);
     return { id };
   }
 }
@@ -270,7 +276,9 @@ beforeAll(async () => {
   await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
   await db.query('CREATE TABLE balances (id int PRIMARY KEY, amount int NOT NULL)');
   await db.query('INSERT INTO balances VALUES (1, 100)');
-  await db.query('CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)');
+  await db.query(
+    'CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)',
+  );
   proxy = await TcpProxy.to(db.url);
   const moduleRef = await Test.createTestingModule({
     imports: [
@@ -282,9 +290,20 @@ beforeAll(async () => {
         extra: { connectionTimeoutMillis: 1000 },
       }),
       // A short lease: a claim that is not renewed while its handler runs lapses within the test.
-      IdempotencyModule.forRoot({ accountResolver: () => 'acct', leaseSeconds: 0.6, storeTimeoutSeconds: 2, finalizeRetries: 3 }),
+      IdempotencyModule.forRoot({
+        accountResolver: () => 'acct',
+        leaseSeconds: 0.6,
+        storeTimeoutSeconds: 2,
+        finalizeRetries: 3,
+      }),
     ],
-    controllers: [WorkController, OwnAnswerController, AfterTimeoutController, InheritsMarkController, FlushesController],
+    controllers: [
+      WorkController,
+      OwnAnswerController,
+      AfterTimeoutController,
+      InheritsMarkController,
+      FlushesController,
+    ],
     providers: [GatedPipe],
   })
     .setLogger(logger)
@@ -304,7 +323,8 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const post = (path: string, key: string, body: object = {}) => request(url).post(path).set('Idempotency-Key', key).send(body);
+const post = (path: string, key: string, body: object = {}) =>
+  request(url).post(path).set('Idempotency-Key', key).send(body);
 const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
 const recordOf = async (key: string) =>
   (
@@ -314,7 +334,7 @@ const recordOf = async (key: string) =>
     )
   )[0];
 
-describe('a timeout interceptor inside the module\'s (the handler runs on after it answered)', () => {
+describe("a timeout interceptor inside the module's (the handler runs on after it answered)", () => {
   const placements = [
     ['on the controller (@UseInterceptors)', 'x-controller-timeout-ms', 504],
     ['app-wide (useGlobalInterceptors)', 'x-global-timeout-ms', 408],
@@ -323,47 +343,63 @@ describe('a timeout interceptor inside the module\'s (the handler runs on after 
     (['standard', 'transactional'] as const).map((mode) => [placement, mode, header, status] as const),
   );
 
-  it.each(cases)('%s, %s mode: the claim is held and renewed until the handler is done; its outcome, not the timeout, is replayed', async (_placement, mode, header, status) => {
-    const key = randomUUID();
-    const gate = holdNext();
-    const timedOut = await post(`/work/${mode}`, key).set(header, '100');
-    expect(timedOut.status).toBe(status);
-    await gate.reached;
+  it.each(cases)(
+    '%s, %s mode: the claim is held and renewed until the handler is done; its outcome, not the timeout, is replayed',
+    async (_placement, mode, header, status) => {
+      const key = randomUUID();
+      const gate = holdNext();
+      const timedOut = await post(`/work/${mode}`, key).set(header, '100');
+      expect(timedOut.status).toBe(status);
+      await gate.reached;
 
-    // The handler still runs: its claim is held (a retry is refused, not run beside it) and renewed past its lease.
-    const held = await recordOf(key);
-    expect(held).toMatchObject({ status: 'in_progress' });
-    await post(`/work/${mode}`, key).expect(409);
-    await waitFor(async () => ((await recordOf(key))!.locked_until! > held!.locked_until! ? true : undefined), 'the lease to be renewed');
-    await waitFor(async () => ((await db.query<{ late: boolean }>(
-      'SELECT now() > $1::timestamptz AS late', [held!.locked_until],
-    ))[0].late ? true : undefined), 'the first lease to have lapsed');
-    await post(`/work/${mode}`, key).expect(409);
+      // The handler still runs: its claim is held (a retry is refused, not run beside it) and renewed past its lease.
+      const held = await recordOf(key);
+      expect(held).toMatchObject({ status: 'in_progress' });
+      await post(`/work/${mode}`, key).expect(409);
+      await waitFor(
+        async () => ((await recordOf(key))!.locked_until! > held!.locked_until! ? true : undefined),
+        'the lease to be renewed',
+      );
+      await waitFor(
+        async () =>
+          (await db.query<{ late: boolean }>('SELECT now() > $1::timestamptz AS late', [held!.locked_until]))[0].late
+            ? true
+            : undefined,
+        'the first lease to have lapsed',
+      );
+      await post(`/work/${mode}`, key).expect(409);
 
-    gate.release();
-    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
-    const rows = await rowsOf(key);
-    expect(rows).toHaveLength(1);
-    const replay = await post(`/work/${mode}`, key).expect(201);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.body).toEqual({ id: rows[0].id });
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
+      gate.release();
+      await waitFor(
+        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
+        'the outcome to be stored',
+      );
+      const rows = await rowsOf(key);
+      expect(rows).toHaveLength(1);
+      const replay = await post(`/work/${mode}`, key).expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.body).toEqual({ id: rows[0].id });
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    },
+  );
 
-  it.each(['standard', 'transactional'] as const)('%s mode: an error the handler throws after the timeout is not stored (no exception filter rendered it): the claim is released', async (mode) => {
-    const key = randomUUID();
-    const gate = holdNext();
-    await post(`/work/${mode}`, key, { then: 'decline' }).set('x-controller-timeout-ms', '100').expect(504);
-    await gate.reached;
-    await post(`/work/${mode}`, key, { then: 'decline' }).expect(409);
-    gate.release();
-    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-    // Transactional: the write rolled back. Standard: a write the handler committed before it threw stands.
-    await expect(rowsOf(key)).resolves.toHaveLength(mode === 'standard' ? 1 : 0);
-    const retry = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
-    expect(retry.body).toEqual({ error: 'card_declined' });
-    expect(retry.headers['idempotent-replay']).toBeUndefined();
-  });
+  it.each(['standard', 'transactional'] as const)(
+    '%s mode: an error the handler throws after the timeout is not stored (no exception filter rendered it): the claim is released',
+    async (mode) => {
+      const key = randomUUID();
+      const gate = holdNext();
+      await post(`/work/${mode}`, key, { then: 'decline' }).set('x-controller-timeout-ms', '100').expect(504);
+      await gate.reached;
+      await post(`/work/${mode}`, key, { then: 'decline' }).expect(409);
+      gate.release();
+      await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+      // Transactional: the write rolled back. Standard: a write the handler committed before it threw stands.
+      await expect(rowsOf(key)).resolves.toHaveLength(mode === 'standard' ? 1 : 0);
+      const retry = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
+      expect(retry.body).toEqual({ error: 'card_declined' });
+      expect(retry.headers['idempotent-replay']).toBeUndefined();
+    },
+  );
 
   it('an unexpected error after the timeout releases the claim once the handler is done, and a retry runs', async () => {
     const key = randomUUID();
@@ -507,7 +543,7 @@ describe('handlers that run on after a timeout answered for them (review finding
     await expect(rowsOf(key)).resolves.toHaveLength(1);
   });
 
-  it('a task the handler leaves behind calls another route\'s method plainly, outside the request', async () => {
+  it("a task the handler leaves behind calls another route's method plainly, outside the request", async () => {
     const key = randomUUID();
     const controller = app.get(AfterTimeoutController);
     const before = controller.background.runs;
@@ -538,15 +574,20 @@ describe('a route that flushes its head (long polling)', () => {
   it('sends the head at once, before its handler is done', async () => {
     const gate = holdNext();
     const client = httpRequest(`${url}/flushes`, { method: 'POST', headers: { 'Idempotency-Key': randomUUID() } });
-    const response = new Promise<IncomingMessage>((resolve, reject) => client.on('response', resolve).on('error', reject));
+    const response = new Promise<IncomingMessage>((resolve, reject) =>
+      client.on('response', resolve).on('error', reject),
+    );
     client.end();
     await gate.reached;
     await expect(response).resolves.toMatchObject({ statusCode: 200 });
     gate.release();
-    const body = await response.then((message) => new Promise<string>((resolve) => {
-      let text = '';
-      message.on('data', (chunk: Buffer) => (text += chunk.toString())).on('end', () => resolve(text));
-    }));
+    const body = await response.then(
+      (message) =>
+        new Promise<string>((resolve) => {
+          let text = '';
+          message.on('data', (chunk: Buffer) => (text += chunk.toString())).on('end', () => resolve(text));
+        }),
+    );
     expect(body).toBe('done');
   });
 });

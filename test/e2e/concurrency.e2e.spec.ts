@@ -10,7 +10,12 @@ async function burst(urls: string[], count: number, key: string, apiKey: string)
     Array.from({ length: count }, async (_, i) => {
       const response = await fetch(`${urls[i % urls.length]}/v1/charges`, {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json', 'X-API-Key': apiKey, 'Idempotency-Key': key, Connection: 'close' },
+        headers: {
+          'Content-Type': 'application/json',
+          'X-API-Key': apiKey,
+          'Idempotency-Key': key,
+          Connection: 'close',
+        },
         body,
       });
       const json = (await response.json()) as { id?: string; error?: string };
@@ -47,7 +52,7 @@ async function expectExactlyOneCharge(results: Awaited<ReturnType<typeof burst>>
   }
 }
 
-describe('concurrent attempts with one key (the seed\'s third test)', () => {
+describe("concurrent attempts with one key (the seed's third test)", () => {
   let url: string;
 
   beforeAll(async () => {
@@ -56,11 +61,14 @@ describe('concurrent attempts with one key (the seed\'s third test)', () => {
     url = app.url;
   });
 
-  it.each([8, 64])('%i concurrent requests make exactly one charge; the others are 201 replays or 409s', async (count) => {
-    const apiKey = `sk_test_burst_${count}`;
-    const results = await burst([url], count, randomUUID(), apiKey);
-    await expectExactlyOneCharge(results, apiKey);
-  });
+  it.each([8, 64])(
+    '%i concurrent requests make exactly one charge; the others are 201 replays or 409s',
+    async (count) => {
+      const apiKey = `sk_test_burst_${count}`;
+      const results = await burst([url], count, randomUUID(), apiKey);
+      await expectExactlyOneCharge(results, apiKey);
+    },
+  );
 
   it('64 concurrent requests across two instances of the app sharing one database make exactly one charge', async () => {
     const env = { DATABASE_URL: db.url, PROVIDER_DELAY_MS: '50' };

@@ -27,17 +27,81 @@ interface Expected {
 }
 
 const scenarios: Array<[Mode, Step, Expected]> = [
-  ['standard', 'after the claim', { held: { charges: 0, providerCharges: 0, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
-  ['transactional', 'after the claim', { held: { charges: 0, providerCharges: 0, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  [
+    'standard',
+    'after the claim',
+    {
+      held: { charges: 0, providerCharges: 0, record: 'in_progress' },
+      retry: 'runs',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
+  [
+    'transactional',
+    'after the claim',
+    {
+      held: { charges: 0, providerCharges: 0, record: 'in_progress' },
+      retry: 'runs',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
   // The provider's ledger dedupes the repeated call by the derived key: one provider charge either way.
-  ['standard', 'after the provider charged', { held: { charges: 0, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
-  ['transactional', 'after the provider charged', { held: { charges: 0, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
+  [
+    'standard',
+    'after the provider charged',
+    {
+      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
+      retry: 'runs',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
+  [
+    'transactional',
+    'after the provider charged',
+    {
+      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
+      retry: 'runs',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
   // Standard mode's window: the charge row committed, the outcome did not; the retry writes a second row.
-  ['standard', 'during the finalize', { held: { charges: 1, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 2, providerCharges: 1 } }],
+  [
+    'standard',
+    'during the finalize',
+    {
+      held: { charges: 1, providerCharges: 1, record: 'in_progress' },
+      retry: 'runs',
+      after: { charges: 2, providerCharges: 1 },
+    },
+  ],
   // Transactional mode closes it: the charge row and the outcome commit together, or neither does.
-  ['transactional', 'during the finalize', { held: { charges: 0, providerCharges: 1, record: 'in_progress' }, retry: 'runs', after: { charges: 1, providerCharges: 1 } }],
-  ['standard', 'after the commit', { held: { charges: 1, providerCharges: 1, record: 'completed' }, retry: 'replays', after: { charges: 1, providerCharges: 1 } }],
-  ['transactional', 'after the commit', { held: { charges: 1, providerCharges: 1, record: 'completed' }, retry: 'replays', after: { charges: 1, providerCharges: 1 } }],
+  [
+    'transactional',
+    'during the finalize',
+    {
+      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
+      retry: 'runs',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
+  [
+    'standard',
+    'after the commit',
+    {
+      held: { charges: 1, providerCharges: 1, record: 'completed' },
+      retry: 'replays',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
+  [
+    'transactional',
+    'after the commit',
+    {
+      held: { charges: 1, providerCharges: 1, record: 'completed' },
+      retry: 'replays',
+      after: { charges: 1, providerCharges: 1 },
+    },
+  ],
 ];
 
 let db: TestDatabase;
@@ -46,7 +110,10 @@ const survivors = new Map<Mode, RunningApp>();
 beforeAll(async () => {
   db = await createTestDatabase();
   for (const mode of ['standard', 'transactional'] as const) {
-    survivors.set(mode, await startSampleApp({ databaseUrl: db.url, leaseSeconds: 1, transactional: mode === 'transactional' }));
+    survivors.set(
+      mode,
+      await startSampleApp({ databaseUrl: db.url, leaseSeconds: 1, transactional: mode === 'transactional' }),
+    );
   }
 });
 
@@ -56,7 +123,11 @@ afterAll(async () => {
 });
 
 const waitingOn = (queryStart: string) => async () =>
-  (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`${queryStart}%`]))[0];
+  (
+    await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [
+      `${queryStart}%`,
+    ])
+  )[0];
 
 async function heldFor(account: string, key: string): Promise<Held> {
   const [row] = await db.query<Held>(
@@ -93,14 +164,25 @@ describe('a process SIGKILLed at each step of a charge', () => {
         () => 'connection lost',
       );
       const recordExists = async () =>
-        (await db.query('SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2', [account, key]))[0];
+        (
+          await db.query('SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2', [
+            account,
+            key,
+          ])
+        )[0];
       await waitFor(recordExists, 'the claim');
       if (step === 'after the provider charged') {
         await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
       }
       if (step === 'during the finalize') {
         await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
-        locks.push(await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE', [account, key]));
+        locks.push(
+          await holdLock(
+            db.url,
+            'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE',
+            [account, key],
+          ),
+        );
         await locks.shift()?.letGo();
         // The outcome's UPDATE, not a lease renewal (which waits on the same row lock every third of the lease).
         await waitFor(waitingOn("WITH changed AS (%SET status = 'completed'"), 'the finalize to wait');
@@ -113,7 +195,9 @@ describe('a process SIGKILLed at each step of a charge', () => {
       doomed.child.kill('SIGKILL');
       await exited;
       // Its sessions die with it, rolling back whatever it had not committed.
-      await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [application]);
+      await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
+        application,
+      ]);
       for (const lock of locks.splice(0)) await lock.letGo();
       // After the commit the answer may have gone out before the kill; before it, it cannot have.
       const answer = await lost;

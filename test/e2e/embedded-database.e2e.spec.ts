@@ -34,13 +34,15 @@ afterAll(async () => {
 });
 
 describe('the embedded PostgreSQL of npm start', () => {
-  it("does not use another PostgreSQL answering on its port: it starts its own on a free port, and says so", async () => {
+  it('does not use another PostgreSQL answering on its port: it starts its own on a free port, and says so', async () => {
     // The suite's own server (the machine's, or the one global setup started) is another checkout's server here.
     const takenPort = portOf(process.env.DATABASE_URL as string);
     own = await startEmbeddedDatabase(folder, takenPort, true);
     const port = portOf(own.url);
     expect(port).not.toBe(takenPort);
-    expect(own.description).toBe(`port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`);
+    expect(own.description).toBe(
+      `port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`,
+    );
     await expect(dataDirectoryOf(own.url)).resolves.toBe(folder);
   });
 
@@ -48,7 +50,9 @@ describe('the embedded PostgreSQL of npm start', () => {
     const port = portOf((own as EmbeddedDatabase).url);
     const reused = await startEmbeddedDatabase(folder, await freePort(), true);
     expect(reused.url).toBe(own?.url);
-    expect(reused.description).toBe(`embedded PostgreSQL of data folder ${folder}, already running on port ${port}: reused`);
+    expect(reused.description).toBe(
+      `embedded PostgreSQL of data folder ${folder}, already running on port ${port}: reused`,
+    );
     await reused.stop();
     await expect(dataDirectoryOf(reused.url)).resolves.toBe(folder);
   });
@@ -63,7 +67,9 @@ describe('the embedded PostgreSQL of npm start', () => {
       own = await startEmbeddedDatabase(folder, takenPort, true);
       const port = portOf(own.url);
       expect(port).not.toBe(takenPort);
-      expect(own.description).toBe(`port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`);
+      expect(own.description).toBe(
+        `port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`,
+      );
       await expect(dataDirectoryOf(own.url)).resolves.toBe(folder);
     } finally {
       await new Promise<void>((resolve) => other.close(() => resolve()));

@@ -46,7 +46,13 @@ const outerTimeouts = new Subject<void>();
 class OuterTimeoutInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler) {
     if (!context.switchToHttp().getRequest<Request>().header('x-outer-timeout')) return next.handle();
-    return race(next.handle(), outerTimeouts.pipe(take(1), mergeMap(() => throwError(() => new RequestTimeoutException()))));
+    return race(
+      next.handle(),
+      outerTimeouts.pipe(
+        take(1),
+        mergeMap(() => throwError(() => new RequestTimeoutException())),
+      ),
+    );
   }
 }
 
@@ -81,14 +87,21 @@ class TransactionalController {
   @Post('context')
   context_() {
     const run = this.context.run!;
-    return { key: run.key, account: run.scope.account, takeover: run.takeover, provider: this.context.deriveKey('provider') };
+    return {
+      key: run.key,
+      account: run.scope.account,
+      takeover: run.takeover,
+      provider: this.context.deriveKey('provider'),
+    };
   }
 
   /** A hung handler: it outlives its maximum hold. */
   @Post('hung')
   @Idempotent({ maxHoldSeconds: 1 })
   async hung(@Req() req: Request) {
-    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    const [{ id }] = await this.context.manager!.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      this.context.run!.key,
+    ]);
     await passGate(req);
     return { id };
   }
@@ -101,7 +114,9 @@ class StandardController {
 
   @Post('write')
   async write(@Req() req: Request) {
-    const [{ id }] = await this.dataSource.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [req.header('idempotency-key')]);
+    const [{ id }] = await this.dataSource.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      req.header('idempotency-key'),
+    ]);
     await passGate(req);
     return { id };
   }
@@ -136,7 +151,9 @@ const logger = new RecordingLogger();
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
-  await db.query('CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)');
+  await db.query(
+    'CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)',
+  );
   proxy = await TcpProxy.to(db.url);
   const moduleRef = await Test.createTestingModule({
     imports: [
@@ -176,12 +193,15 @@ afterAll(async () => {
 
 const post = (path: string, key: string, body: object = {}) =>
   request(url).post(path).set('Idempotency-Key', key).send(body);
-const rowsOf = async (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+const rowsOf = async (key: string) =>
+  db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
 const recordOf = async (key: string) =>
-  (await db.query<{ status: string; response_status: number | null }>(
-    'SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1',
-    [key],
-  ))[0];
+  (
+    await db.query<{ status: string; response_status: number | null }>(
+      'SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1',
+      [key],
+    )
+  )[0];
 
 /** Sends a request that waits at a gate inside its handler; resolves once it is there. */
 async function sendHeld(path: string, key: string, body: object = {}) {
@@ -199,7 +219,7 @@ const retryUntilRun = (path: string, key: string, body: object = {}) =>
   }, `a retry of ${path} to run`);
 
 describe('transactional mode', () => {
-  it('commits the handler\'s writes and the stored response together', async () => {
+  it("commits the handler's writes and the stored response together", async () => {
     const key = randomUUID();
     const first = await post('/tx/write', key).expect(201);
     await expect(rowsOf(key)).resolves.toEqual([{ id: first.body.id }]);
@@ -225,7 +245,7 @@ describe('transactional mode', () => {
     await expect(recordOf(key)).resolves.toBeUndefined();
   });
 
-  it('answers 503 instead of the handler\'s response when the commit fails, keeping nothing', async () => {
+  it("answers 503 instead of the handler's response when the commit fails, keeping nothing", async () => {
     const key = randomUUID();
     const response = await post('/tx/fails-at-commit', key).expect(503);
     expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
@@ -234,10 +254,14 @@ describe('transactional mode', () => {
     await expect(recordOf(key)).resolves.toBeUndefined();
   });
 
-  it('takes no answer given before the handler is done (an outer timeout) for its outcome: the handler\'s own outcome commits and replays', async () => {
+  it("takes no answer given before the handler is done (an outer timeout) for its outcome: the handler's own outcome commits and replays", async () => {
     const key = randomUUID();
     const gate = holdNext();
-    const answer = request(url).post('/tx/write').set('Idempotency-Key', key).set('X-Outer-Timeout', 'yes').send({ gated: true });
+    const answer = request(url)
+      .post('/tx/write')
+      .set('Idempotency-Key', key)
+      .set('X-Outer-Timeout', 'yes')
+      .send({ gated: true });
     const answered = answer.then((response) => response);
     await gate.reached;
     outerTimeouts.next();
@@ -247,7 +271,10 @@ describe('transactional mode', () => {
     await post('/tx/write', key, { gated: true }).expect(409);
     gate.release();
     // Once the handler is done, its own outcome (not the timeout) commits with its write, and a retry replays it.
-    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome to be stored');
+    await waitFor(
+      async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
+      'the outcome to be stored',
+    );
     const rows = await rowsOf(key);
     expect(rows).toHaveLength(1);
     const replay = await post('/tx/write', key, { gated: true }).expect(201);
@@ -266,7 +293,12 @@ describe('transactional mode', () => {
 
   it('tells the handler when it took the key over from an attempt whose lease lapsed, with the same derived key', async () => {
     const key = randomUUID();
-    const fingerprint = sha256Fingerprint({ method: 'POST', url: '/tx/context', contentType: 'application/json', body: Buffer.from('{}') });
+    const fingerprint = sha256Fingerprint({
+      method: 'POST',
+      url: '/tx/context',
+      contentType: 'application/json',
+      body: Buffer.from('{}'),
+    });
     await db.query(
       `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
        VALUES ('acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
@@ -274,7 +306,10 @@ describe('transactional mode', () => {
     );
     const takeover = await post('/tx/context', key).expect(201);
     expect(takeover.body.takeover).toBe(true);
-    const anyAttempt = new IdempotencyRun({ scope: { account: 'acct', endpoint: 'POST /tx/context', key }, attempt: randomUUID() }, false);
+    const anyAttempt = new IdempotencyRun(
+      { scope: { account: 'acct', endpoint: 'POST /tx/context', key }, attempt: randomUUID() },
+      false,
+    );
     expect(takeover.body.provider).toBe(anyAttempt.deriveKey('provider'));
     const fresh = await post('/tx/context', randomUUID()).expect(201);
     expect(fresh.body.takeover).toBe(false);
@@ -282,12 +317,13 @@ describe('transactional mode', () => {
 });
 
 describe('in-flight waiting (inFlight: wait)', () => {
-  it('gives a concurrent request the first attempt\'s outcome once it is stored, woken by its notification', async () => {
+  it("gives a concurrent request the first attempt's outcome once it is stored, woken by its notification", async () => {
     const key = randomUUID();
     const { gate, answer: first } = await sendHeld('/std/wait-long', key);
     const second = post('/std/wait-long', key).then((response) => response);
     await waitFor(
-      async () => (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND awaited`, [key]))[0],
+      async () =>
+        (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND awaited`, [key]))[0],
       'the waiting request to mark the record awaited',
     );
     gate.release();

@@ -21,7 +21,20 @@ import { APP_INTERCEPTOR, HttpAdapterHost } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { Request, Response } from 'express';
-import { catchError, concat, from, interval, map, mergeMap, of, take, throwError, timeout, TimeoutError, timer } from 'rxjs';
+import {
+  catchError,
+  concat,
+  from,
+  interval,
+  map,
+  mergeMap,
+  of,
+  take,
+  throwError,
+  timeout,
+  TimeoutError,
+  timer,
+} from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
@@ -50,12 +63,16 @@ function armedBy(header: string, arm: (next: CallHandler, value: string) => Retu
 const timingOut = (next: CallHandler, ms: string) =>
   next.handle().pipe(
     timeout(Number(ms)),
-    catchError((error: unknown) => throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error))),
+    catchError((error: unknown) =>
+      throwError(() => (error instanceof TimeoutError ? new RequestTimeoutException() : error)),
+    ),
   );
 const InnerTimeout = armedBy('x-timeout-ms', timingOut);
 const OuterTimeout = armedBy('x-outer-timeout-ms', timingOut);
 /** A timeout that answers "still processing" with a fallback value instead of an error. */
-const FallbackTimeout = armedBy('x-fallback-ms', (next, ms) => next.handle().pipe(timeout({ first: Number(ms), with: () => of({ pending: true }) })));
+const FallbackTimeout = armedBy('x-fallback-ms', (next, ms) =>
+  next.handle().pipe(timeout({ first: Number(ms), with: () => of({ pending: true }) })),
+);
 /** Slow work after the handler (an audit write, an enrichment call): the first pass waits at a gate of its own. */
 const afterGate = { current: undefined as Gate | undefined };
 const passAfterGate = () => {
@@ -63,22 +80,28 @@ const passAfterGate = () => {
   afterGate.current = undefined;
   return gate?.pass() ?? Promise.resolve();
 };
-const SlowAfter = armedBy('x-slow-after', (next) => next.handle().pipe(mergeMap((value) => from(passAfterGate().then(() => value)))));
+const SlowAfter = armedBy('x-slow-after', (next) =>
+  next.handle().pipe(mergeMap((value) => from(passAfterGate().then(() => value)))),
+);
 /** Turns a declined value into a 402, as a `NotFoundInterceptor` turns `null` into a 404. */
 const DeclineToError = armedBy('x-decline', (next) =>
-  next.handle().pipe(map((value: { declined?: boolean }) => {
-    if (value.declined) throw new HttpException({ error: 'card_declined' }, 402);
-    return value;
-  })),
+  next.handle().pipe(
+    map((value: { declined?: boolean }) => {
+      if (value.declined) throw new HttpException({ error: 'card_declined' }, 402);
+      return value;
+    }),
+  ),
 );
 /** Inside the module's: takes only the first value of an Observable handler. */
 const FirstValue = armedBy('x-first-value', (next) => next.handle().pipe(take(1)));
 /** Outside the module's: refuses a missing value, as interceptors that read it may. */
 const RequireValue = armedBy('x-require-value', (next) =>
-  next.handle().pipe(map((value: unknown) => {
-    if (value === undefined) throw new Error('no value');
-    return value;
-  })),
+  next.handle().pipe(
+    map((value: unknown) => {
+      if (value === undefined) throw new Error('no value');
+      return value;
+    }),
+  ),
 );
 /** Outside the module's: wraps every value as `{ data }`, like the docs' `TransformInterceptor`. */
 const OuterWrap = armedBy('x-wrap', (next) => next.handle().pipe(map((data: unknown) => ({ data }))));
@@ -147,7 +170,9 @@ class OrderController {
   @Post('ticks')
   @Idempotent()
   ticks() {
-    return interval(10).pipe(map((tick) => ({ tick, calls: (ticking.calls += tick === 0 ? 1 : 0), emitted: (ticking.emitted += 1) })));
+    return interval(10).pipe(
+      map((tick) => ({ tick, calls: (ticking.calls += tick === 0 ? 1 : 0), emitted: (ticking.emitted += 1) })),
+    );
   }
 
   /** Errors are answered by a filter written as Nest's docs show it (`response.status().json()`, not Nest's reply). */
@@ -173,12 +198,16 @@ class OrderController {
   stages() {
     return concat(
       of({ stage: 'accepted' }),
-      timer(50).pipe(mergeMap(() => from(this.insert(this.dataSource.manager)).pipe(map(({ id }) => ({ stage: 'done', id }))))),
+      timer(50).pipe(
+        mergeMap(() => from(this.insert(this.dataSource.manager)).pipe(map(({ id }) => ({ stage: 'done', id })))),
+      ),
     );
   }
 
   private async insert(manager: DataSource['manager']) {
-    const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [this.context.run!.key]);
+    const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      this.context.run!.key,
+    ]);
     return { id: id as number };
   }
 }
@@ -212,7 +241,13 @@ beforeAll(async () => {
     .setLogger(logger)
     .compile();
   app = moduleRef.createNestApplication({ rawBody: true, logger });
-  app.useGlobalInterceptors(new InnerTimeout(), new FallbackTimeout(), new SlowAfter(), new DeclineToError(), new FirstValue());
+  app.useGlobalInterceptors(
+    new InnerTimeout(),
+    new FallbackTimeout(),
+    new SlowAfter(),
+    new DeclineToError(),
+    new FirstValue(),
+  );
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
 });
@@ -228,11 +263,13 @@ afterAll(async () => {
 const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
 const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1', [key]);
 const statusOf = async (key: string) =>
-  (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0]?.status;
-const completed = (key: string) => waitFor(async () => ((await statusOf(key)) === 'completed' ? true : undefined), 'the outcome to be stored');
+  (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0]
+    ?.status;
+const completed = (key: string) =>
+  waitFor(async () => ((await statusOf(key)) === 'completed' ? true : undefined), 'the outcome to be stored');
 
 describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
-  it('a timeout that answers with a fallback value: the handler\'s own value is stored, not the fallback', async () => {
+  it("a timeout that answers with a fallback value: the handler's own value is stored, not the fallback", async () => {
     const key = randomUUID();
     const gate = gates.holdNext();
     const first = await post(`/order/${mode}`, key).set('x-fallback-ms', '100');
@@ -245,7 +282,7 @@ describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
     await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: rows[0].id } });
   });
 
-  it('a replay through a value-mapping interceptor outside the module\'s is the stored bytes, not mapped again', async () => {
+  it("a replay through a value-mapping interceptor outside the module's is the stored bytes, not mapped again", async () => {
     const key = randomUUID();
     const first = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
     expect(first.body).toEqual({ data: { id: expect.any(Number) } });
@@ -255,22 +292,25 @@ describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
   });
 });
 
-describe.each(['standard', 'transactional'] as const)('slow work after the handler, inside a timeout, %s mode', (mode) => {
-  it('the timeout is not the outcome of a handler that gave its value: the value, as the inner pipeline shapes it, is stored', async () => {
-    const key = randomUUID();
-    afterGate.current = new Gate();
-    const reached = afterGate.current.reached;
-    await post(`/order/${mode}`, key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
-    await reached;
-    await completed(key);
-    const [row] = await rowsOf(key);
-    await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
-});
+describe.each(['standard', 'transactional'] as const)(
+  'slow work after the handler, inside a timeout, %s mode',
+  (mode) => {
+    it('the timeout is not the outcome of a handler that gave its value: the value, as the inner pipeline shapes it, is stored', async () => {
+      const key = randomUUID();
+      afterGate.current = new Gate();
+      const reached = afterGate.current.reached;
+      await post(`/order/${mode}`, key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
+      await reached;
+      await completed(key);
+      const [row] = await rowsOf(key);
+      await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    });
+  },
+);
 
 describe('answers that are the outcome', () => {
-  it('an interceptor inside that turns the handler\'s value into an error (402): that error is stored and replayed', async () => {
+  it("an interceptor inside that turns the handler's value into an error (402): that error is stored and replayed", async () => {
     const key = randomUUID();
     const first = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
     expect(first.body).toEqual({ error: 'card_declined' });
@@ -303,7 +343,7 @@ describe('answers that are the outcome', () => {
     expect(ticking.emitted).toBe(emitted);
   });
 
-  it('a replay gives interceptors outside the module\'s its body as their value: none of them fails on it', async () => {
+  it("a replay gives interceptors outside the module's its body as their value: none of them fails on it", async () => {
     const key = randomUUID();
     const errorsBefore = logger.errors.length;
     const first = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
@@ -313,8 +353,8 @@ describe('answers that are the outcome', () => {
   });
 });
 
-describe('answers that are not the handler\'s', () => {
-  it('a timeout answered by an exception filter of the docs\' kind goes out at once; the handler\'s value is stored', async () => {
+describe("answers that are not the handler's", () => {
+  it("a timeout answered by an exception filter of the docs' kind goes out at once; the handler's value is stored", async () => {
     const key = randomUUID();
     const gate = gates.holdNext();
     const timedOut = await post('/order/own-filter', key).set('x-timeout-ms', '100').expect(408);
@@ -341,7 +381,9 @@ describe('answers that are not the handler\'s', () => {
     await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
     await completed(key);
     const [row] = await rowsOf(key);
-    await expect(post('/order/stages', key).expect(201)).resolves.toMatchObject({ body: { stage: 'done', id: row.id } });
+    await expect(post('/order/stages', key).expect(201)).resolves.toMatchObject({
+      body: { stage: 'done', id: row.id },
+    });
     await expect(rowsOf(key)).resolves.toHaveLength(1);
   });
 });
@@ -349,7 +391,7 @@ describe('answers that are not the handler\'s', () => {
 describe.each([
   ['inside', 'x-timeout-ms'],
   ['outside', 'x-outer-timeout-ms'],
-])('a passthrough route with a timeout %s the module\'s', (_where, header) => {
+])("a passthrough route with a timeout %s the module's", (_where, header) => {
   it('answers the timeout at once and never runs the handler twice', async () => {
     const key = randomUUID();
     const gate = gates.holdNext();

@@ -19,7 +19,9 @@ describe('the payout job, under IdempotencyService.execute', () => {
   it('is paid once when its worker is killed mid-job and another worker picks it up', async () => {
     const account = 'sk_test_payouts';
     const api = await startSampleApp({ databaseUrl: db.url });
-    const created = await post(api.url, '/v1/payouts', { amount: 2500, currency: 'eur' }, randomUUID(), account).expect(201);
+    const created = await post(api.url, '/v1/payouts', { amount: 2500, currency: 'eur' }, randomUUID(), account).expect(
+      201,
+    );
     expect(created.body).toMatchObject({ id: expect.stringMatching(/^po_/), object: 'payout', status: 'pending' });
     await api.close();
 
@@ -39,19 +41,28 @@ describe('the payout job, under IdempotencyService.execute', () => {
         'the provider to pay out',
       );
       await waitFor(
-        async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "payout_jobs"%'`))[0],
+        async () =>
+          (
+            await db.query(
+              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "payout_jobs"%'`,
+            )
+          )[0],
         'the worker to wait to mark the job paid',
       );
       const exited = once(doomed.child, 'exit');
       doomed.child.kill('SIGKILL');
       await exited;
-      await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [application]);
+      await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
+        application,
+      ]);
     } finally {
       await locker.query('ROLLBACK');
       await locker.end();
       await doomed.close();
     }
-    await expect(db.query('SELECT status FROM payout_jobs WHERE id = $1', [created.body.id])).resolves.toEqual([{ status: 'pending' }]);
+    await expect(db.query('SELECT status FROM payout_jobs WHERE id = $1', [created.body.id])).resolves.toEqual([
+      { status: 'pending' },
+    ]);
 
     const restarted = await spawnSampleApp({ ...workerEnv, DATABASE_URL: db.url });
     try {

@@ -220,7 +220,11 @@ afterAll(async () => {
 const send = (method: 'post' | 'put' | 'delete', path: string, key: string) =>
   request(url)[method](`/shapes/${path}`).set('X-Idempotency-Key', key).send({ n: 1 });
 const recordCount = async (key: string) =>
-  (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [key]))[0].n;
+  (
+    await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [
+      key,
+    ])
+  )[0].n;
 
 describe('responses that are stored and replayed exactly', () => {
   it('@HttpCode and @Header: the status and the headers replay', async () => {
@@ -312,14 +316,17 @@ describe('responses that are not stored: the claim is released and a retry runs 
     expect(warnings).toHaveLength(1);
   });
 
-  it.each([408, 425, 429])('a %i (try again) releases the claim: the retry with the same key runs and gets 201', async (status) => {
-    const key = randomUUID();
-    await send('post', `try-again/${status}`, key).expect(status);
-    expect(await recordCount(key)).toBe(0);
-    const retry = await send('post', `try-again/${status}`, key).expect(201);
-    expect(retry.headers['idempotent-replayed']).toBeUndefined();
-    expect(retry.body).toEqual({ run: 2 });
-  });
+  it.each([408, 425, 429])(
+    'a %i (try again) releases the claim: the retry with the same key runs and gets 201',
+    async (status) => {
+      const key = randomUUID();
+      await send('post', `try-again/${status}`, key).expect(status);
+      expect(await recordCount(key)).toBe(0);
+      const retry = await send('post', `try-again/${status}`, key).expect(201);
+      expect(retry.headers['idempotent-replayed']).toBeUndefined();
+      expect(retry.body).toEqual({ run: 2 });
+    },
+  );
 
   it('an unexpected error (500) releases the claim', async () => {
     const key = randomUUID();
@@ -333,7 +340,10 @@ describe('responses that are not stored: the claim is released and a retry runs 
 describe('module options', () => {
   it('reads the key from the configured header only', async () => {
     const response = await request(url).post('/shapes/count').set('Idempotency-Key', randomUUID()).send({}).expect(400);
-    expect(response.body).toMatchObject({ error: 'idempotency_key_required', message: expect.stringContaining('X-Idempotency-Key') });
+    expect(response.body).toMatchObject({
+      error: 'idempotency_key_required',
+      message: expect.stringContaining('X-Idempotency-Key'),
+    });
   });
 
   it('lets DELETE through untouched even with a key', async () => {
@@ -347,33 +357,36 @@ describe('module options', () => {
 });
 
 describe('a client that leaves before the handler is done', () => {
-  it.each(['observable', 'promise'])('still gets its outcome stored from a handler returning an %s; the retry replays it', async (route) => {
-    gate = new Gate();
-    const key = randomUUID();
-    const runsBefore = app.get(LateController).runs;
-    const client = httpRequest(`${url}/late/${route}`, {
-      method: 'POST',
-      headers: { 'X-Idempotency-Key': key, 'Content-Type': 'application/json' },
-    });
-    client.on('error', () => undefined);
-    client.end('{}');
-    await gate.reached;
-    client.destroy();
-    await gate.clientGone;
-    gate.release();
-    const [record] = await waitFor(async () => {
-      const rows = await db.query<{ status: string; response_status: number }>(
-        `SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1 AND status = 'completed'`,
-        [key],
-      );
-      return rows.length ? rows : undefined;
-    }, 'the outcome to be stored');
-    expect(record.response_status).toBe(201);
-    const replay = await request(url).post(`/late/${route}`).set('X-Idempotency-Key', key).send({}).expect(201);
-    expect(replay.headers['idempotent-replayed']).toBe('true');
-    expect(replay.body).toEqual({ run: runsBefore + 1 });
-    expect(app.get(LateController).runs).toBe(runsBefore + 1);
-  });
+  it.each(['observable', 'promise'])(
+    'still gets its outcome stored from a handler returning an %s; the retry replays it',
+    async (route) => {
+      gate = new Gate();
+      const key = randomUUID();
+      const runsBefore = app.get(LateController).runs;
+      const client = httpRequest(`${url}/late/${route}`, {
+        method: 'POST',
+        headers: { 'X-Idempotency-Key': key, 'Content-Type': 'application/json' },
+      });
+      client.on('error', () => undefined);
+      client.end('{}');
+      await gate.reached;
+      client.destroy();
+      await gate.clientGone;
+      gate.release();
+      const [record] = await waitFor(async () => {
+        const rows = await db.query<{ status: string; response_status: number }>(
+          `SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1 AND status = 'completed'`,
+          [key],
+        );
+        return rows.length ? rows : undefined;
+      }, 'the outcome to be stored');
+      expect(record.response_status).toBe(201);
+      const replay = await request(url).post(`/late/${route}`).set('X-Idempotency-Key', key).send({}).expect(201);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual({ run: runsBefore + 1 });
+      expect(app.get(LateController).runs).toBe(runsBefore + 1);
+    },
+  );
 });
 
 describe('routes that fool a naive capture', () => {
@@ -388,7 +401,12 @@ describe('routes that fool a naive capture', () => {
     const key = randomUUID();
     const runsBefore = app.get(LateController).runs;
     await request(url).post('/late/wrapped-own-response').set('X-Idempotency-Key', key).send({}).expect(200);
-    const retry = await request(url).post('/late/wrapped-own-response').set('X-Idempotency-Key', key).send({}).timeout(5_000).expect(200);
+    const retry = await request(url)
+      .post('/late/wrapped-own-response')
+      .set('X-Idempotency-Key', key)
+      .send({})
+      .timeout(5_000)
+      .expect(200);
     expect(retry.body).toEqual({ run: runsBefore + 2 });
   });
 
@@ -446,7 +464,11 @@ describe('a store that does not answer in time (storeTimeoutSeconds)', () => {
   it('lets the response go when the outcome cannot be stored in time', async () => {
     gate = new Gate();
     const key = randomUUID();
-    const answered = request(url).post('/late/promise').set('X-Idempotency-Key', key).send({}).then((response) => response);
+    const answered = request(url)
+      .post('/late/promise')
+      .set('X-Idempotency-Key', key)
+      .send({})
+      .then((response) => response);
     await gate.reached;
     await locker.query('BEGIN');
     await locker.query('LOCK TABLE idempotency_records IN EXCLUSIVE MODE');

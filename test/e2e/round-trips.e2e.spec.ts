@@ -3,7 +3,13 @@ import { Controller, type INestApplication, Post } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyContext,
+  Idempotent,
+  IdempotencyModule,
+  sha256Fingerprint,
+} from '../../src/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -44,7 +50,12 @@ beforeAll(async () => {
   proxy = await TcpProxy.to(db.url);
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: proxy.urlFor(db.url), migrations: IdempotencyMigrations, migrationsRun: true }),
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: proxy.urlFor(db.url),
+        migrations: IdempotencyMigrations,
+        migrationsRun: true,
+      }),
       IdempotencyModule.forRoot({ accountResolver: () => 'acct' }),
     ],
     controllers: [RoundTripController],
@@ -71,7 +82,12 @@ function send(path: string, key: string, body: object = {}) {
   return request(url).post(path).set('Idempotency-Key', key).send(body);
 }
 
-const EMPTY_BODY_FINGERPRINT = sha256Fingerprint({ method: 'POST', url: '/rt/standard', contentType: 'application/json', body: Buffer.from('{}') });
+const EMPTY_BODY_FINGERPRINT = sha256Fingerprint({
+  method: 'POST',
+  url: '/rt/standard',
+  contentType: 'application/json',
+  body: Buffer.from('{}'),
+});
 
 /** A key of `/rt/standard` completed by another instance of the app: this one has never seen it. */
 async function completedElsewhere(): Promise<string> {
@@ -134,7 +150,7 @@ describe('database round trips per request', () => {
     await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(2);
   });
 
-  it('transactional: the claim, then the handler\'s own transaction with the outcome in it, and one commit', async () => {
+  it("transactional: the claim, then the handler's own transaction with the outcome in it, and one commit", async () => {
     // claim; START TRANSACTION; the handler's INSERT; the outcome's UPDATE; COMMIT
     await expect(roundTripsOf(() => send('/rt/transactional', randomUUID()).expect(201))).resolves.toBe(5);
   });

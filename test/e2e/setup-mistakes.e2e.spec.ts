@@ -38,7 +38,10 @@ class ChargesController {
   /** A route whose resolver reads a numeric id the request lacks: `Number(undefined)` is NaN. */
   @Post('nan-account')
   // (`getRequest()` is `any` unless typed, so a resolver like this one compiles without the cast in many apps.)
-  @Idempotent({ accountResolver: (context) => Number(context.switchToHttp().getRequest<{ user?: { id: number } }>().user?.id) as unknown as string })
+  @Idempotent({
+    accountResolver: (context) =>
+      Number(context.switchToHttp().getRequest<{ user?: { id: number } }>().user?.id) as unknown as string,
+  })
   nanAccount() {
     return {};
   }
@@ -69,7 +72,13 @@ afterAll(async () => {
 });
 
 const database = (name?: string) =>
-  TypeOrmModule.forRoot({ name, type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true });
+  TypeOrmModule.forRoot({
+    name,
+    type: 'postgres',
+    url: db.url,
+    migrations: IdempotencyMigrations,
+    migrationsRun: true,
+  });
 
 /** Compiles an application module with the module under `options` and the charges routes. */
 async function compile(options: IdempotencyModuleOptions & { dataSource?: string }, databaseName?: string) {
@@ -81,7 +90,10 @@ async function compile(options: IdempotencyModuleOptions & { dataSource?: string
 
 /** Expects a start-up refusal: an `IdempotencySetupError` with `message`. */
 async function expectSetupError(starting: Promise<unknown>, message: RegExp): Promise<void> {
-  const error = await starting.then(() => undefined, (reason: unknown) => reason);
+  const error = await starting.then(
+    () => undefined,
+    (reason: unknown) => reason,
+  );
   expect(error).toBeInstanceOf(IdempotencySetupError);
   expect((error as Error).message).toMatch(message);
 }
@@ -92,13 +104,17 @@ async function expectRefusal(app: INestApplication, message: RegExp): Promise<vo
   await app.close();
 }
 
-const recordCount = async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
+const recordCount = async () =>
+  (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
 const errorsAbout = (text: string) => logger.errors.filter((line) => line.includes(text));
 
 describe('the raw body', () => {
   it('an application created without rawBody: true refuses to start, naming the setting', async () => {
     const app = (await compile({ singleTenant: true })).createNestApplication({ logger });
-    await expectRefusal(app, /created without `rawBody: true`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/);
+    await expectRefusal(
+      app,
+      /created without `rawBody: true`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/,
+    );
   });
 
   it('a body parsed without its raw bytes (a parser of the application) is a 500 of the server, logged once with the fix', async () => {
@@ -107,15 +123,22 @@ describe('the raw body', () => {
     await app.init();
     try {
       for (let attempt = 0; attempt < 2; attempt++) {
-        const response = await request(app.getHttpServer()).post('/charges').set('Idempotency-Key', randomUUID()).send({ amount: 1 });
+        const response = await request(app.getHttpServer())
+          .post('/charges')
+          .set('Idempotency-Key', randomUUID())
+          .send({ amount: 1 });
         expect(response.status).toBe(500);
         expect(response.body.error).toBe('idempotency_misconfigured');
-        expect(response.body.message).toMatch(/server is misconfigured.*Retrying will not help until the server is fixed/);
+        expect(response.body.message).toMatch(
+          /server is misconfigured.*Retrying will not help until the server is fixed/,
+        );
       }
       expect(app.get(ChargesController).runs).toBe(0);
       expect(await recordCount()).toBe(0);
       expect(errorsAbout('raw body bytes')).toEqual([
-        expect.stringMatching(/does not keep them as `req\.rawBody`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/),
+        expect.stringMatching(
+          /does not keep them as `req\.rawBody`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/,
+        ),
       ]);
     } finally {
       await app.close();
@@ -125,15 +148,23 @@ describe('the raw body', () => {
 
 describe('Fastify', () => {
   it('refuses to start, saying that only @nestjs/platform-express is supported for now', async () => {
-    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), { rawBody: true, logger });
-    await expectRefusal(app, /supports only the Express platform \(@nestjs\/platform-express\) for now, and this application runs on fastify/);
+    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), {
+      rawBody: true,
+      logger,
+    });
+    await expectRefusal(
+      app,
+      /supports only the Express platform \(@nestjs\/platform-express\) for now, and this application runs on fastify/,
+    );
   });
 });
 
 describe('an application without idempotent routes', () => {
   /** Only IdempotencyService.execute() (a consumer, a job) in an application that also serves HTTP. */
   async function compileWithoutRoutes() {
-    return Test.createTestingModule({ imports: [database(), IdempotencyModule.forRoot({ singleTenant: true })] }).compile();
+    return Test.createTestingModule({
+      imports: [database(), IdempotencyModule.forRoot({ singleTenant: true })],
+    }).compile();
   }
 
   it.each([
@@ -142,10 +173,14 @@ describe('an application without idempotent routes', () => {
   ])('starts %s, and execute() works', async (_, adapter) => {
     const moduleRef = await compileWithoutRoutes();
     const platform = adapter();
-    const app = platform ? moduleRef.createNestApplication(platform, { logger }) : moduleRef.createNestApplication({ logger });
+    const app = platform
+      ? moduleRef.createNestApplication(platform, { logger })
+      : moduleRef.createNestApplication({ logger });
     try {
       await app.init();
-      const { result } = await app.get(IdempotencyService).execute({ name: 'payout', key: randomUUID(), input: { amount: 1 } }, async () => 'paid');
+      const { result } = await app
+        .get(IdempotencyService)
+        .execute({ name: 'payout', key: randomUUID(), input: { amount: 1 } }, async () => 'paid');
       expect(result).toBe('paid');
     } finally {
       await app.close();
@@ -159,8 +194,16 @@ describe('option values', () => {
 
   it.each([
     ['ttlSeconds', { ttlSeconds: environment.TTL }, /ttlSeconds must be a positive number, got the string "3600"/],
-    ['purgeBatchSize', { purgeBatchSize: environment.BATCH }, /purgeBatchSize must be a positive integer, got the string "1000"/],
-    ['finalizeRetries', { finalizeRetries: environment.RETRIES }, /finalizeRetries must be a whole number, got the string "5"/],
+    [
+      'purgeBatchSize',
+      { purgeBatchSize: environment.BATCH },
+      /purgeBatchSize must be a positive integer, got the string "1000"/,
+    ],
+    [
+      'finalizeRetries',
+      { finalizeRetries: environment.RETRIES },
+      /finalizeRetries must be a whole number, got the string "5"/,
+    ],
   ])('a string for %s is refused at start-up, saying it is a string', async (_name, options, message) => {
     await expect(compile({ singleTenant: true, ...options })).rejects.toThrow(message);
   });
@@ -210,7 +253,9 @@ describe('requests the module answers itself', () => {
     const response = await charge('/charges/public').field('amount', '1');
     expect(response.status).toBe(415);
     expect(response.body.error).toBe('idempotency_body_unsupported');
-    expect(response.body.message).toMatch(/\(multipart\/form-data\) cannot be .* send it as application\/json or application\/x-www-form-urlencoded/);
+    expect(response.body.message).toMatch(
+      /\(multipart\/form-data\) cannot be .* send it as application\/json or application\/x-www-form-urlencoded/,
+    );
   });
 
   it('an accountResolver that throws (no guard set the user) is a 500 of the module, logged once for the route', async () => {
@@ -235,7 +280,10 @@ describe('requests the module answers itself', () => {
 
   // Review of issue #10: NaN is a number, so it passed as the account "NaN", shared by every request without a user.
   it('an accountResolver that returns NaN is a 500 of the module, not the account "NaN"', async () => {
-    const response = await request(app.getHttpServer()).post('/charges/nan-account').set('Idempotency-Key', randomUUID()).send({});
+    const response = await request(app.getHttpServer())
+      .post('/charges/nan-account')
+      .set('Idempotency-Key', randomUUID())
+      .send({});
     expect(response.status).toBe(500);
     expect(response.body.error).toBe('idempotency_account_unresolved');
     expect(errorsAbout('(POST /charges/nan-account)')).toEqual([expect.stringMatching(/it returned the number NaN/)]);
@@ -243,7 +291,10 @@ describe('requests the module answers itself', () => {
 
   it('an accountResolver that returns no account is a 500 of the module, logged once with what it returned', async () => {
     for (let attempt = 0; attempt < 2; attempt++) {
-      const response = await request(app.getHttpServer()).post('/charges/no-account').set('Idempotency-Key', randomUUID()).send({});
+      const response = await request(app.getHttpServer())
+        .post('/charges/no-account')
+        .set('Idempotency-Key', randomUUID())
+        .send({});
       expect(response.status).toBe(500);
       expect(response.body.error).toBe('idempotency_account_unresolved');
     }

@@ -47,12 +47,20 @@ async function chargeThenTerminate(env: Record<string, string>) {
     (error: Error) => error,
   );
   await waitFor(
-    async () => (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`))[0],
+    async () =>
+      (
+        await db.query(
+          `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`,
+        )
+      )[0],
     'the charge to wait inside its handler',
   );
   const exited = once(app.child, 'exit') as Promise<[number | null, string | null]>;
   app.child.kill('SIGTERM');
-  await waitFor(async () => (output.includes('Shutting down: waiting up to') ? true : undefined), 'the app to start draining');
+  await waitFor(
+    async () => (output.includes('Shutting down: waiting up to') ? true : undefined),
+    'the app to start draining',
+  );
   return { app, account, key, lock, answer, exited, output: () => output };
 }
 
@@ -82,7 +90,9 @@ describe('graceful shutdown of a real process (SIGTERM)', () => {
   });
 
   it('past shutdownTimeoutSeconds, releases the claim of a charge still running (rolled back) and answers it 503', async () => {
-    const { app, account, key, lock, answer, exited } = await chargeThenTerminate({ IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS: '1' });
+    const { app, account, key, lock, answer, exited } = await chargeThenTerminate({
+      IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS: '1',
+    });
     try {
       const first = (await answer) as { status: number; body: unknown; headers: Record<string, string> };
       expect(first.status).toBe(503);

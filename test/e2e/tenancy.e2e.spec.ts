@@ -1,6 +1,12 @@
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IdempotencyMigrations, IdempotencyModule, IdempotencySetupError, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyModule,
+  IdempotencySetupError,
+  type IdempotencyModuleOptions,
+  IdempotencyService,
+} from '../../src/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -20,9 +26,14 @@ type Registration = 'forRoot' | 'forRootAsync';
 /** Builds an application module with `options`, closing it again when it starts; rejects when it refuses to. */
 async function start(options: IdempotencyModuleOptions, registration: Registration): Promise<void> {
   const idempotency =
-    registration === 'forRoot' ? IdempotencyModule.forRoot(options) : IdempotencyModule.forRootAsync({ useFactory: async () => options });
+    registration === 'forRoot'
+      ? IdempotencyModule.forRoot(options)
+      : IdempotencyModule.forRootAsync({ useFactory: async () => options });
   const moduleRef = await Test.createTestingModule({
-    imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }), idempotency],
+    imports: [
+      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
+      idempotency,
+    ],
   })
     .setLogger(logger)
     .compile();

@@ -217,7 +217,12 @@ async function heldAtGate(test: request.Test): Promise<{ gate: Gate; answer: Pro
 const post = (url: string, path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
 /** The rows written under `key`, in the ledger and among the audit entries. */
 const entriesOf = async (key: string) =>
-  (await db.query('SELECT id FROM ledger_entries WHERE key = $1 UNION ALL SELECT id FROM audit_entries WHERE key = $1', [key])).length;
+  (
+    await db.query(
+      'SELECT id FROM ledger_entries WHERE key = $1 UNION ALL SELECT id FROM audit_entries WHERE key = $1',
+      [key],
+    )
+  ).length;
 const recordOf = async (key: string) =>
   (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0];
 
@@ -226,14 +231,17 @@ describe('with enlistDataSource: true', () => {
 
   it.each([
     ['an injected repository', '/ledger/injected'],
-    ['dataSource.transaction() (a savepoint of the run\'s transaction)', '/ledger/nested'],
+    ["dataSource.transaction() (a savepoint of the run's transaction)", '/ledger/nested'],
     ['a repository the data source made inside a run, and keeps', '/ledger/repository-made-in-run'],
-  ])('rolls back a write through %s with the handler that throws after it: the retry writes it once', async (_through, path) => {
-    await expectWrittenOnceByTheRetry(enlisted.url, path);
-    expect(takeErrors()).toEqual([handlerFailure]);
-  });
+  ])(
+    'rolls back a write through %s with the handler that throws after it: the retry writes it once',
+    async (_through, path) => {
+      await expectWrittenOnceByTheRetry(enlisted.url, path);
+      expect(takeErrors()).toEqual([handlerFailure]);
+    },
+  );
 
-  it('commits an injected repository\'s write with the stored outcome, and not before', async () => {
+  it("commits an injected repository's write with the stored outcome, and not before", async () => {
     const key = randomUUID();
     const { gate, answer } = await heldAtGate(post(enlisted.url, '/ledger/injected', key));
     // Written, but in the run's open transaction: neither another connection nor the app outside the run sees it.
@@ -253,7 +261,7 @@ describe('with enlistDataSource: true', () => {
     expect(await entriesOf(key)).toBe(1);
   });
 
-  it('keeps concurrent runs apart: each injected repository call joins its own run\'s transaction', async () => {
+  it("keeps concurrent runs apart: each injected repository call joins its own run's transaction", async () => {
     const [first, second] = [randomUUID(), randomUUID()];
     const failing = await heldAtGate(post(enlisted.url, '/ledger/injected', first).set('X-Fail', 'true'));
     const succeeding = await heldAtGate(post(enlisted.url, '/ledger/injected', second));
@@ -275,17 +283,19 @@ describe('with enlistDataSource: true', () => {
     expect(await entriesOf(second)).toBe(1);
   });
 
-  it('refuses a write through an entity manager of its own with onTransactionEscape: \'throw\': nothing is written, the key is released', async () => {
+  it("refuses a write through an entity manager of its own with onTransactionEscape: 'throw': nothing is written, the key is released", async () => {
     const key = randomUUID();
     expect((await post(enlisted.url, '/ledger/escaping', key)).status).toBe(500);
     expect(takeErrors()).toEqual([
-      expect.stringMatching(/TransactionEscapeError: An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/escaping went outside its transaction/),
+      expect.stringMatching(
+        /TransactionEscapeError: An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/escaping went outside its transaction/,
+      ),
     ]);
     expect(await entriesOf(key)).toBe(0);
     expect(await recordOf(key)).toBeUndefined();
   });
 
-  it('leaves a standard (non-transactional) route on the data source\'s own connections: its write commits at once', async () => {
+  it("leaves a standard (non-transactional) route on the data source's own connections: its write commits at once", async () => {
     const key = randomUUID();
     const { gate, answer } = await heldAtGate(post(enlisted.url, '/ledger/standard', key));
     expect(await entriesOf(key)).toBe(1);
@@ -299,16 +309,18 @@ describe('with enlistDataSource: true', () => {
 describe('by default (enlistDataSource: false)', () => {
   const byDefault = appWith({});
 
-  it('runs IdempotencyContext.getRepository() in the run\'s transaction: rolled back with the handler, written once by the retry', async () => {
+  it("runs IdempotencyContext.getRepository() in the run's transaction: rolled back with the handler, written once by the retry", async () => {
     await expectWrittenOnceByTheRetry(byDefault.url, '/ledger/context-repository');
     expect(takeErrors()).toEqual([handlerFailure]);
   });
 
-  it('logs an injected repository\'s write as escaping the run\'s transaction, naming the entity and the route', async () => {
+  it("logs an injected repository's write as escaping the run's transaction, naming the entity and the route", async () => {
     const key = randomUUID();
     expect((await post(byDefault.url, '/ledger/injected', key).set('X-Fail', 'true')).status).toBe(500);
     expect(takeErrors()).toEqual([
-      expect.stringMatching(/^ERROR \[Idempotency\] An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction: it commits on its own/),
+      expect.stringMatching(
+        /^ERROR \[Idempotency\] An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction: it commits on its own/,
+      ),
       handlerFailure,
     ]);
     // What the log warns of: the write committed on its own, so the retry writes it a second time.
@@ -329,7 +341,7 @@ describe('with enlistDataSource: true and @nestjs-cls/transactional (test/suppor
   });
 
   it.each(['tx', 'transactional'])(
-    'runs writes through txHost.tx (/cls-ledger/%s) in the run\'s transaction: rolled back with the handler, written once by the retry',
+    "runs writes through txHost.tx (/cls-ledger/%s) in the run's transaction: rolled back with the handler, written once by the retry",
     (route) => expectWrittenOnceByTheRetry(server!.url, `/cls-ledger/${route}`),
   );
 });

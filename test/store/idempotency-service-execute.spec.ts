@@ -63,13 +63,20 @@ describe('IdempotencyService.execute', () => {
     let runs = 0;
     const work = async () => (runs += 1);
     await expect(service.execute(payout(key, { items: [1, 2, new Map([['sku', 1]])] }), work)).rejects.toThrow(
-      new TypeError('input.items[2] is a Map, not a plain object or array: convert it first (a Date to its ISO string, a Map to an object, a Set to an array).'),
+      new TypeError(
+        'input.items[2] is a Map, not a plain object or array: convert it first (a Date to its ISO string, a Map to an object, a Set to an array).',
+      ),
     );
-    await expect(service.execute(payout(key, { amount: 100, note: undefined }), work)).rejects.toThrow(/input\.note is undefined/);
+    await expect(service.execute(payout(key, { amount: 100, note: undefined }), work)).rejects.toThrow(
+      /input\.note is undefined/,
+    );
     expect(runs).toBe(0);
     await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([]);
     // Nothing holds the key: the same operation with a faithful input runs.
-    await expect(service.execute(payout(key, { items: [1, 2, { sku: 1 }] }), work)).resolves.toEqual({ result: 1, replayed: false });
+    await expect(service.execute(payout(key, { items: [1, 2, { sku: 1 }] }), work)).resolves.toEqual({
+      result: 1,
+      replayed: false,
+    });
   });
 
   it('throws RequestInProgressError to a concurrent call while the work runs', async () => {
@@ -88,14 +95,22 @@ describe('IdempotencyService.execute', () => {
   it('throws IdempotencyKeyReuseError for the same key with another input', async () => {
     const key = randomUUID();
     await service.execute(payout(key, { amount: 100 }), async () => 'paid');
-    await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
+    await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(
+      IdempotencyKeyReuseError,
+    );
   });
 
   it('scopes keys by operation name and account', async () => {
     const key = randomUUID();
     await service.execute(payout(key), async () => 'payout');
-    await expect(service.execute({ ...payout(key), name: 'refund' }, async () => 'refund')).resolves.toEqual({ result: 'refund', replayed: false });
-    await expect(service.execute({ ...payout(key), account: 'acct_2' }, async () => 'other')).resolves.toEqual({ result: 'other', replayed: false });
+    await expect(service.execute({ ...payout(key), name: 'refund' }, async () => 'refund')).resolves.toEqual({
+      result: 'refund',
+      replayed: false,
+    });
+    await expect(service.execute({ ...payout(key), account: 'acct_2' }, async () => 'other')).resolves.toEqual({
+      result: 'other',
+      replayed: false,
+    });
   });
 
   it('releases the key when the work fails, rolling back its transaction, so the next call runs again', async () => {
@@ -150,12 +165,26 @@ describe('the replay cache', () => {
       const uncached = uncachedContext.get(IdempotencyService);
       const key = randomUUID();
       await service.execute(payout(key), async () => 'stored');
-      await expect(uncached.execute(payout(key), async () => 'ran again')).resolves.toEqual({ result: 'stored', replayed: true });
+      await expect(uncached.execute(payout(key), async () => 'ran again')).resolves.toEqual({
+        result: 'stored',
+        replayed: true,
+      });
       // An edit behind the module's back shows which of them read the database.
-      await db.query(`UPDATE idempotency_records SET response_body = convert_to('"edited"', 'UTF8') WHERE idempotency_key = $1`, [key]);
-      await expect(service.execute(payout(key), async () => 'ran again')).resolves.toEqual({ result: 'stored', replayed: true });
-      await expect(uncached.execute(payout(key), async () => 'ran again')).resolves.toEqual({ result: 'edited', replayed: true });
-      await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
+      await db.query(
+        `UPDATE idempotency_records SET response_body = convert_to('"edited"', 'UTF8') WHERE idempotency_key = $1`,
+        [key],
+      );
+      await expect(service.execute(payout(key), async () => 'ran again')).resolves.toEqual({
+        result: 'stored',
+        replayed: true,
+      });
+      await expect(uncached.execute(payout(key), async () => 'ran again')).resolves.toEqual({
+        result: 'edited',
+        replayed: true,
+      });
+      await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(
+        IdempotencyKeyReuseError,
+      );
     } finally {
       await uncachedContext.close();
     }

@@ -31,7 +31,12 @@ class GatedClaimStore extends PostgresIdempotencyStore {
     return super.beginTransaction(timeoutMs);
   }
 
-  override async claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult> {
+  override async claim(
+    scope: IdempotencyScope,
+    fingerprint: string,
+    attempt: string,
+    timing: ClaimTiming,
+  ): Promise<ClaimResult> {
     const result = await super.claim(scope, fingerprint, attempt, timing);
     const gate = this.gate;
     this.gate = undefined;
@@ -53,7 +58,10 @@ beforeAll(async () => {
     ],
   })
     .overrideProvider(IDEMPOTENCY_STORE)
-    .useFactory({ factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'), inject: [DataSource] })
+    .useFactory({
+      factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'),
+      inject: [DataSource],
+    })
     .setLogger(logger)
     .compile();
   context = await moduleRef.init();
@@ -71,11 +79,13 @@ describe('shutdown while a claim is on its way', () => {
     const gate = (store.gate = new Gate());
     const key = randomUUID();
     let runs = 0;
-    const executing = service.execute({ name: 'payout', key }, async () => (runs += 1)).catch((error: unknown) => error);
+    const executing = service
+      .execute({ name: 'payout', key }, async () => (runs += 1))
+      .catch((error: unknown) => error);
     await gate.reached;
-    await expect(db.query('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([
-      { status: 'in_progress' },
-    ]);
+    await expect(db.query('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual(
+      [{ status: 'in_progress' }],
+    );
     await service.beforeApplicationShutdown();
     gate.release();
     await expect(executing).resolves.toBeInstanceOf(IdempotencyShuttingDownError);
@@ -93,7 +103,10 @@ describe('shutdown while an attempt waits for its transaction', () => {
       ],
     })
       .overrideProvider(IDEMPOTENCY_STORE)
-      .useFactory({ factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'), inject: [DataSource] })
+      .useFactory({
+        factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'),
+        inject: [DataSource],
+      })
       .setLogger(logger)
       .compile();
     const app = await moduleRef.init();
@@ -112,7 +125,9 @@ describe('shutdown while an attempt waits for its transaction', () => {
       gate.release();
       await Promise.all([executing, shutdown]);
       expect(events).toEqual(['refused', 'shut down']);
-      await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([]);
+      await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual(
+        [],
+      );
     } finally {
       await app.close();
     }

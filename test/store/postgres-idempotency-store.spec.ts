@@ -39,7 +39,12 @@ async function recordOf(scope: IdempotencyScope) {
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [IdempotencyRecord], migrations: IdempotencyMigrations });
+  dataSource = new DataSource({
+    type: 'postgres',
+    url: db.url,
+    entities: [IdempotencyRecord],
+    migrations: IdempotencyMigrations,
+  });
   await dataSource.initialize();
   await dataSource.runMigrations();
   store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');
@@ -56,7 +61,12 @@ describe('claim', () => {
     const scope = newScope();
     const attempt = randomUUID();
     await expect(store.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
-    await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', attempt, fingerprint: 'fp', locked: true });
+    await expect(recordOf(scope)).resolves.toMatchObject({
+      status: 'in_progress',
+      attempt,
+      fingerprint: 'fp',
+      locked: true,
+    });
   });
 
   it('lets exactly one of many concurrent claims win, and shows the others the in-progress record', async () => {
@@ -78,23 +88,37 @@ describe('claim', () => {
       existing: { status: 'completed', fingerprint: 'fp', response, expiresInSeconds: expect.any(Number) },
     });
     await expect(recordOf(scope)).resolves.toMatchObject({ status: 'completed', ttl: { hours: 1 } });
-    await db.query(`UPDATE idempotency_records SET expires_at = now() + interval '90 seconds' WHERE idempotency_key = $1`, [scope.key]);
+    await db.query(
+      `UPDATE idempotency_records SET expires_at = now() + interval '90 seconds' WHERE idempotency_key = $1`,
+      [scope.key],
+    );
     const again = await store.claim(scope, 'fp', randomUUID(), timing);
-    expect(again.claimed === false && again.existing.status === 'completed' && again.existing.expiresInSeconds).toBeCloseTo(90, 0);
+    expect(
+      again.claimed === false && again.existing.status === 'completed' && again.existing.expiresInSeconds,
+    ).toBeCloseTo(90, 0);
   });
 
   it('isolates accounts and endpoints: the same key in another scope is a new claim', async () => {
     const scope = newScope();
     await store.claim(scope, 'fp', randomUUID(), timing);
-    await expect(store.claim({ ...scope, account: 'acct_2' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true, takeover: false });
-    await expect(store.claim({ ...scope, endpoint: 'POST /v1/refunds' }, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true, takeover: false });
+    await expect(store.claim({ ...scope, account: 'acct_2' }, 'fp', randomUUID(), timing)).resolves.toEqual({
+      claimed: true,
+      takeover: false,
+    });
+    await expect(store.claim({ ...scope, endpoint: 'POST /v1/refunds' }, 'fp', randomUUID(), timing)).resolves.toEqual({
+      claimed: true,
+      takeover: false,
+    });
   });
 
   it('lets exactly one of several takers win a lapsed lease, and fences the attempt that lost it', async () => {
     const scope = newScope();
     const first = randomUUID();
     await store.claim(scope, 'fp', first, timing);
-    await db.query(`UPDATE idempotency_records SET locked_until = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+    await db.query(
+      `UPDATE idempotency_records SET locked_until = now() - interval '1 second' WHERE idempotency_key = $1`,
+      [scope.key],
+    );
 
     const takers = Array.from({ length: 8 }, () => randomUUID());
     const results = await Promise.all(takers.map((attempt) => store.claim(scope, 'fp', attempt, timing)));
@@ -110,7 +134,10 @@ describe('claim', () => {
   it('does not let a different request take over a lapsed lease', async () => {
     const scope = newScope();
     await store.claim(scope, 'fp', randomUUID(), timing);
-    await db.query(`UPDATE idempotency_records SET locked_until = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+    await db.query(
+      `UPDATE idempotency_records SET locked_until = now() - interval '1 second' WHERE idempotency_key = $1`,
+      [scope.key],
+    );
     await expect(store.claim(scope, 'other', randomUUID(), timing)).resolves.toEqual({
       claimed: false,
       existing: { status: 'in_progress', fingerprint: 'fp' },
@@ -122,9 +149,14 @@ describe('claim', () => {
     const attempt = randomUUID();
     await store.claim(scope, 'fp', attempt, timing);
     await store.complete({ scope, attempt }, response, 3600);
-    await db.query(`UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+    await db.query(
+      `UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`,
+      [scope.key],
+    );
 
-    const results = await Promise.all(Array.from({ length: 8 }, () => store.claim(scope, 'a new request', randomUUID(), timing)));
+    const results = await Promise.all(
+      Array.from({ length: 8 }, () => store.claim(scope, 'a new request', randomUUID(), timing)),
+    );
     expect(results.filter((result) => result.claimed)).toEqual([{ claimed: true, takeover: false }]);
     await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress', fingerprint: 'a new request' });
   });
@@ -205,21 +237,32 @@ describe('schema', () => {
   it('quotes every name it derives from the table name, so odd characters and double quotes work', async () => {
     await db.query('CREATE SCHEMA "odd ""schema"');
     const tableName = 'odd "schema.idem"keys';
-    const withOddTable = new DataSource({ type: 'postgres', url: db.url, migrations: idempotencyMigrations(tableName) });
+    const withOddTable = new DataSource({
+      type: 'postgres',
+      url: db.url,
+      migrations: idempotencyMigrations(tableName),
+    });
     await withOddTable.initialize();
     const odd = new PostgresIdempotencyStore(withOddTable, tableName);
     try {
       await withOddTable.runMigrations();
       await expect(
-        db.query(`SELECT indexname FROM pg_indexes WHERE schemaname = 'odd "schema' AND tablename = 'idem"keys' ORDER BY indexname`),
+        db.query(
+          `SELECT indexname FROM pg_indexes WHERE schemaname = 'odd "schema' AND tablename = 'idem"keys' ORDER BY indexname`,
+        ),
       ).resolves.toEqual([{ indexname: 'idem"keys_expires_at_idx' }, { indexname: 'idem"keys_pkey' }]);
       const scope = newScope();
       const attempt = randomUUID();
       await expect(odd.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
       await expect(odd.complete({ scope, attempt }, response, 0.001)).resolves.toBe(true);
-      await waitFor(async () => ((await odd.purgeExpired(10)) === 1 ? true : undefined), 'the record to expire and be purged');
+      await waitFor(
+        async () => ((await odd.purgeExpired(10)) === 1 ? true : undefined),
+        'the record to expire and be purged',
+      );
       for (const _ of idempotencyMigrations(tableName)) await withOddTable.undoLastMigration();
-      await expect(db.query(`SELECT to_regclass('"odd ""schema"."idem""keys"') AS table`)).resolves.toEqual([{ table: null }]);
+      await expect(db.query(`SELECT to_regclass('"odd ""schema"."idem""keys"') AS table`)).resolves.toEqual([
+        { table: null },
+      ]);
     } finally {
       await odd.close();
       await withOddTable.destroy();
@@ -233,7 +276,10 @@ describe('claim racing a takeover', () => {
     const attempt = randomUUID();
     await store.claim(scope, 'fpA', attempt, timing);
     await store.complete({ scope, attempt }, { ...response, body: Buffer.from('OLD RESPONSE') }, 3600);
-    await db.query(`UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`, [scope.key]);
+    await db.query(
+      `UPDATE idempotency_records SET expires_at = now() - interval '1 second' WHERE idempotency_key = $1`,
+      [scope.key],
+    );
 
     // Attempt X takes the expired record over for another request, and holds its transaction open.
     const x = new pg.Client({ connectionString: db.url });
@@ -251,7 +297,11 @@ describe('claim racing a takeover', () => {
       const retry = store.claim(scope, 'fpA', randomUUID(), timing);
       await waitFor(
         async () =>
-          (await db.query(`SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`))[0],
+          (
+            await db.query(
+              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`,
+            )
+          )[0],
         'the retry to wait for the takeover',
       );
       await x.query('COMMIT');
@@ -302,14 +352,15 @@ describe('transactions', () => {
 });
 
 describe('abandon', () => {
-  it('cuts the transaction\'s connection: its session ends and what it wrote is rolled back', async () => {
+  it("cuts the transaction's connection: its session ends and what it wrote is rolled back", async () => {
     await db.query('CREATE TABLE IF NOT EXISTS abandoned_work (key text PRIMARY KEY)');
     const transaction = await store.beginTransaction();
     const [{ pid }] = await transaction.manager.query('SELECT pg_backend_pid() AS pid');
     await transaction.manager.query(`INSERT INTO abandoned_work (key) VALUES ('lost')`);
     transaction.abandon();
     await waitFor(
-      async () => ((await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0 ? true : undefined),
+      async () =>
+        (await db.query('SELECT 1 FROM pg_stat_activity WHERE pid = $1', [pid])).length === 0 ? true : undefined,
       'the session to end',
     );
     await expect(transaction.rollback()).rejects.toThrow();
@@ -325,7 +376,9 @@ describe('abandon', () => {
       for (let i = 0; i < 3; i += 1) {
         const transaction = await Promise.race([
           oneSlot.beginTransaction(),
-          new Promise<never>((_, reject) => setTimeout(() => reject(new Error('no transaction slot is free')), 5_000).unref()),
+          new Promise<never>((_, reject) =>
+            setTimeout(() => reject(new Error('no transaction slot is free')), 5_000).unref(),
+          ),
         ]);
         transaction.abandon();
         await transaction.rollback().catch(() => undefined);
@@ -339,14 +392,20 @@ describe('abandon', () => {
 
 describe('waitForChange and awaitOutcome', () => {
   /** Records which scopes were notified on the store's channel, as a second listener sees them. */
-  async function listenToNotifications(): Promise<{ notified(scope: IdempotencyScope): boolean; close(): Promise<void> }> {
+  async function listenToNotifications(): Promise<{
+    notified(scope: IdempotencyScope): boolean;
+    close(): Promise<void>;
+  }> {
     const client = new pg.Client({ connectionString: db.url });
     await client.connect();
-    const [{ channel }] = (await client.query(`SELECT 'idempotency_' || left(md5('idempotency_records'), 20) AS channel`)).rows;
+    const [{ channel }] = (
+      await client.query(`SELECT 'idempotency_' || left(md5('idempotency_records'), 20) AS channel`)
+    ).rows;
     const payloads: string[] = [];
     client.on('notification', (message) => payloads.push(message.payload ?? ''));
     await client.query(`LISTEN ${channel}`);
-    const digest = (scope: IdempotencyScope) => createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
+    const digest = (scope: IdempotencyScope) =>
+      createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
     return { notified: (scope) => payloads.includes(digest(scope)), close: () => client.end() };
   }
 
@@ -381,7 +440,10 @@ describe('waitForChange and awaitOutcome', () => {
       await store.complete({ scope: quiet, attempt: quietAttempt }, response, 60);
       await store.complete({ scope: awaited, attempt: awaitedAttempt }, response, 60);
       // Notifications arrive in commit order: once the awaited one is in, the quiet one would have been too.
-      await waitFor(async () => (notifications.notified(awaited) ? true : undefined), 'the notification of the awaited outcome');
+      await waitFor(
+        async () => (notifications.notified(awaited) ? true : undefined),
+        'the notification of the awaited outcome',
+      );
       expect(notifications.notified(quiet)).toBe(false);
     } finally {
       await notifications.close();
@@ -399,7 +461,12 @@ describe('waitForChange and awaitOutcome', () => {
     const lapsed = newScope();
     await store.claim(lapsed, 'fp', randomUUID(), { ...timing, leaseSeconds: 0.001 });
     await waitFor(
-      async () => (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND locked_until <= now()`, [lapsed.key]))[0],
+      async () =>
+        (
+          await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND locked_until <= now()`, [
+            lapsed.key,
+          ])
+        )[0],
       'the lease to lapse',
     );
     await expect(store.awaitOutcome(lapsed)).resolves.toBe(false);

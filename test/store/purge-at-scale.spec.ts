@@ -72,13 +72,18 @@ describe(`purging ${EXPIRED.toLocaleString('en')} expired records`, () => {
     }
 
     expect(purged).toBe(EXPIRED);
-    await expect(db.query('SELECT count(*)::int AS n FROM idempotency_records WHERE expires_at <= now()')).resolves.toEqual([{ n: 0 }]);
-    await expect(db.query(`SELECT count(*)::int AS n FROM idempotency_records WHERE account <> 'acct_live'`)).resolves.toEqual([{ n: LIVE }]);
+    await expect(
+      db.query('SELECT count(*)::int AS n FROM idempotency_records WHERE expires_at <= now()'),
+    ).resolves.toEqual([{ n: 0 }]);
+    await expect(
+      db.query(`SELECT count(*)::int AS n FROM idempotency_records WHERE account <> 'acct_live'`),
+    ).resolves.toEqual([{ n: LIVE }]);
     // Claims ran between the batches, not after them.
     expect(claimLatencies.length).toBeGreaterThan(batchDurations.length / 2);
 
     const sorted = (values: number[]) => [...values].sort((a, b) => a - b);
-    const percentile = (values: number[], p: number) => sorted(values)[Math.min(values.length - 1, Math.floor(values.length * p))];
+    const percentile = (values: number[], p: number) =>
+      sorted(values)[Math.min(values.length - 1, Math.floor(values.length * p))];
     console.info(
       [
         `purge: ${purged} expired records in ${batchDurations.length} batches of ${BATCH}`,

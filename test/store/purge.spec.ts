@@ -1,7 +1,12 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IdempotencyMigrations, IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyModule,
+  type IdempotencyModuleOptions,
+  IdempotencyService,
+} from '../../src/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -19,7 +24,13 @@ async function startModule(options: IdempotencyModuleOptions): Promise<Idempoten
   // forRootAsync on a named data source: options come from an injected provider of an imported module.
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ name: 'records', type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
+      TypeOrmModule.forRoot({
+        name: 'records',
+        type: 'postgres',
+        url: db.url,
+        migrations: IdempotencyMigrations,
+        migrationsRun: true,
+      }),
       IdempotencyModule.forRootAsync({
         dataSource: 'records',
         imports: [SettingsModule],
@@ -43,7 +54,8 @@ async function insertRecords(count: number, expiresIn: string): Promise<void> {
   );
 }
 
-const remaining = async () => (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
+const remaining = async () =>
+  (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -64,7 +76,8 @@ describe('IdempotencyService.purgeExpired', () => {
   });
 });
 
-const purgeTimerOf = (service: IdempotencyService) => (service as unknown as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
+const purgeTimerOf = (service: IdempotencyService) =>
+  (service as unknown as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
 
 describe('purgeIntervalSeconds', () => {
   it('starts a purge timer by default, which does not keep the process alive', async () => {

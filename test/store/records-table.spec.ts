@@ -29,7 +29,10 @@ afterEach(async () => {
 });
 
 /** Runs `migrations` on the test's database with the entity mapped, then hands the data source to `use`. */
-async function withMigrated<T>(migrations: (new () => MigrationInterface)[], use: (dataSource: DataSource) => Promise<T>): Promise<T> {
+async function withMigrated<T>(
+  migrations: (new () => MigrationInterface)[],
+  use: (dataSource: DataSource) => Promise<T>,
+): Promise<T> {
   const dataSource = new DataSource({ type: 'postgres', url: db.url, entities: [IdempotencyRecord], migrations });
   await dataSource.initialize();
   try {
@@ -49,7 +52,10 @@ describe('the migration history', () => {
   it('applies in order to an empty database and creates exactly what the entity maps', async () => {
     await withMigrated(IdempotencyMigrations, async (dataSource) => {
       const applied = await db.query<{ name: string }>('SELECT name FROM migrations ORDER BY id');
-      expect(applied.map(({ name }) => name)).toEqual(['CreateIdempotencyRecords1764633600000', 'IdempotencyRecordsV0_2_0_1796256000000']);
+      expect(applied.map(({ name }) => name)).toEqual([
+        'CreateIdempotencyRecords1764633600000',
+        'IdempotencyRecordsV0_2_0_1796256000000',
+      ]);
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
     });
   });
@@ -83,7 +89,11 @@ describe('the migration history', () => {
         existing: {
           status: 'completed',
           fingerprint: 'fp-done',
-          response: { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{"id":"ch_1"}') },
+          response: {
+            status: 201,
+            headers: { 'content-type': 'application/json' },
+            body: Buffer.from('{"id":"ch_1"}'),
+          },
           expiresInSeconds: expect.any(Number),
         },
       });
@@ -107,7 +117,11 @@ describe('the migration history', () => {
   it('reverts in reverse order, down to nothing', async () => {
     await withMigrated(IdempotencyMigrations, async (dataSource) => {
       await dataSource.undoLastMigration();
-      await expect(db.query(`SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'idempotency_records'::regclass AND attname IN ('attempts', 'awaited')`)).resolves.toEqual([{ n: 0 }]);
+      await expect(
+        db.query(
+          `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'idempotency_records'::regclass AND attname IN ('attempts', 'awaited')`,
+        ),
+      ).resolves.toEqual([{ n: 0 }]);
       await dataSource.undoLastMigration();
       await expect(db.query(`SELECT to_regclass('idempotency_records') AS t`)).resolves.toEqual([{ t: null }]);
     });
@@ -126,7 +140,10 @@ describe('the check at start-up', () => {
     await before?.();
     await dataSource.destroy();
     const moduleRef = await Test.createTestingModule({
-      imports: [TypeOrmModule.forRoot({ type: 'postgres', url: db.url }), IdempotencyModule.forRoot({ singleTenant: true, tableName })],
+      imports: [
+        TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
+        IdempotencyModule.forRoot({ singleTenant: true, tableName }),
+      ],
     }).compile();
     try {
       await moduleRef.init();
@@ -137,8 +154,12 @@ describe('the check at start-up', () => {
 
   it('refuses to start without the table, naming it and both ways to create it', async () => {
     const refusal = start([]);
-    await expect(refusal).rejects.toThrow('The idempotency table "idempotency_records" does not exist in the database.');
-    await expect(refusal).rejects.toThrow(/add `IdempotencyMigrations` \(from 'nest-idempotency'\) to your data source's `migrations` and set `migrationsRun: true`, or run them with the TypeORM CLI/);
+    await expect(refusal).rejects.toThrow(
+      'The idempotency table "idempotency_records" does not exist in the database.',
+    );
+    await expect(refusal).rejects.toThrow(
+      /add `IdempotencyMigrations` \(from 'nest-idempotency'\) to your data source's `migrations` and set `migrationsRun: true`, or run them with the TypeORM CLI/,
+    );
   });
 
   it('names the migrations of a custom table name', async () => {
@@ -156,7 +177,9 @@ describe('the check at start-up', () => {
 
   it('refuses a column of another type', async () => {
     const before = () => db.query('ALTER TABLE idempotency_records ALTER COLUMN response_body TYPE text');
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has columns of other types \(response_body is text, not bytea\)/);
+    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
+      /has columns of other types \(response_body is text, not bytea\)/,
+    );
   });
 
   it('refuses a table without the key that makes a claim atomic', async () => {
@@ -186,7 +209,11 @@ describe('the check at start-up', () => {
       await db.query(
         `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at) VALUES ${duplicate}, ${duplicate}`,
       );
-      await db.query('CREATE UNIQUE INDEX CONCURRENTLY records_scope ON idempotency_records (account, endpoint, idempotency_key)').catch(() => undefined);
+      await db
+        .query(
+          'CREATE UNIQUE INDEX CONCURRENTLY records_scope ON idempotency_records (account, endpoint, idempotency_key)',
+        )
+        .catch(() => undefined);
       await db.query('DELETE FROM idempotency_records');
     };
     await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
@@ -225,7 +252,9 @@ describe('the check at start-up', () => {
       .compile();
     try {
       await moduleRef.init();
-      expect(logger.warnings).toEqual([expect.stringMatching(/^WARN \[Idempotency\] Could not check the idempotency table at start-up: /)]);
+      expect(logger.warnings).toEqual([
+        expect.stringMatching(/^WARN \[Idempotency\] Could not check the idempotency table at start-up: /),
+      ]);
       proxy.bringUp();
       const store = moduleRef.get<PostgresIdempotencyStore>(IDEMPOTENCY_STORE, { strict: false });
       await expect(store.checkSchema()).resolves.toBeUndefined();

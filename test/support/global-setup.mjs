@@ -15,4 +15,3 @@ export default async function globalSetup() {
   process.env.DATABASE_URL = database.url;
   globalThis.embeddedDatabase = database;
 }
-

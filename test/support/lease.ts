@@ -6,7 +6,12 @@ import { waitFor } from './wait-for.js';
  * every look and `retry` (which asserts the key is refused) to hold meanwhile: a lease that lapsed between two
  * renewals is noticed, not only that a renewal happened at last.
  */
-export async function expectHeldThroughout(db: TestDatabase, key: string, seconds: number, retry: () => Promise<unknown>) {
+export async function expectHeldThroughout(
+  db: TestDatabase,
+  key: string,
+  seconds: number,
+  retry: () => Promise<unknown>,
+) {
   await waitFor(
     async () => {
       const [row] = await db.query<{ live: boolean; done: boolean }>(

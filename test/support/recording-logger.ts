@@ -9,7 +9,8 @@ export class RecordingLogger extends ConsoleLogger {
   readonly errors: string[] = [];
 
   protected override printMessages(messages: unknown[], context = '', logLevel: LogLevel = 'log'): void {
-    const kept = logLevel === 'error' || logLevel === 'fatal' ? this.errors : logLevel === 'warn' ? this.warnings : undefined;
+    const kept =
+      logLevel === 'error' || logLevel === 'fatal' ? this.errors : logLevel === 'warn' ? this.warnings : undefined;
     for (const message of messages) kept?.push(`${logLevel.toUpperCase()} [${context}] ${String(message)}`);
   }
 

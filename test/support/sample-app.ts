@@ -27,7 +27,18 @@ export async function startSampleApp(
   options: SampleAppOptions = {},
 ): Promise<RunningApp & { app: NestExpressApplication }> {
   const app = await createSampleApp(
-    { port: 0, ttlSeconds: 86_400, leaseSeconds: 60, providerDelayMs: 0, transactional: true, inFlight: 'conflict', shutdownTimeoutSeconds: 10, payoutWorker: false, payoutPollMs: 500, ...config },
+    {
+      port: 0,
+      ttlSeconds: 86_400,
+      leaseSeconds: 60,
+      providerDelayMs: 0,
+      transactional: true,
+      inFlight: 'conflict',
+      shutdownTimeoutSeconds: 10,
+      payoutWorker: false,
+      payoutPollMs: 500,
+      ...config,
+    },
     { logger: sampleAppLogger, ...options },
   );
   await app.listen(0, '127.0.0.1');
@@ -45,7 +56,10 @@ export function spawnSampleApp(env: Record<string, string>): Promise<RunningApp 
  * A TypeScript entry point of this repository run as a child process through the project's loader; it
  * prints `listening on port N` once it serves.
  */
-export async function spawnTypeScriptServer(entry: string, env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
+export async function spawnTypeScriptServer(
+  entry: string,
+  env: Record<string, string>,
+): Promise<RunningApp & { child: ChildProcess }> {
   const child = spawn(process.execPath, ['--import', './scripts/register-ts.mjs', entry], {
     cwd: ROOT,
     env: { ...process.env, NODE_OPTIONS: '', PORT: '0', ...env },

@@ -1,4 +1,11 @@
-import { backoffMs, createIdempotencyKey, deriveIdempotencyKey, idempotentFetch, retryAfterMs, withRetries } from '../../src/client/index.js';
+import {
+  backoffMs,
+  createIdempotencyKey,
+  deriveIdempotencyKey,
+  idempotentFetch,
+  retryAfterMs,
+  withRetries,
+} from '../../src/client/index.js';
 
 /** A fake clock: sleeping advances it, and every wait is recorded. */
 function fakeClock(start = Date.parse('2026-12-02T12:00:00Z')) {
@@ -84,7 +91,11 @@ describe('withRetries', () => {
     const clock = fakeClock();
     // Three seconds after the first wait (of two seconds) has ended.
     const inThreeSeconds = new Date(clock.now() + 2000 + 3000).toUTCString();
-    const { send } = scripted(answer(503, {}, { 'retry-after': '2' }), answer(429, {}, { 'retry-after': inThreeSeconds }), answer(200));
+    const { send } = scripted(
+      answer(503, {}, { 'retry-after': '2' }),
+      answer(429, {}, { 'retry-after': inThreeSeconds }),
+      answer(200),
+    );
     await withRetries(send, { ...clock, random: () => 0.5 });
     expect(clock.waits).toEqual([2000, 3000]);
   });
@@ -123,7 +134,11 @@ describe('withRetries', () => {
 
   it('does not start a wait that would end past the deadline', async () => {
     const clock = fakeClock();
-    const { send, sent } = scripted(answer(503, {}, { 'retry-after': '1' }), answer(503, {}, { 'retry-after': '5' }), answer(201));
+    const { send, sent } = scripted(
+      answer(503, {}, { 'retry-after': '1' }),
+      answer(503, {}, { 'retry-after': '5' }),
+      answer(201),
+    );
     const response = await withRetries(send, { ...clock, deadlineMs: 4000 });
     expect(response.status).toBe(503);
     expect(sent).toEqual([1, 2]);

@@ -1,11 +1,18 @@
 import { createHash } from 'node:crypto';
 import { sha256Fingerprint } from '../../src/index.js';
 
-const input = { method: 'POST', url: '/v1/charges?expand=source', contentType: 'application/json', body: Buffer.from('{"amount":1200}') };
+const input = {
+  method: 'POST',
+  url: '/v1/charges?expand=source',
+  contentType: 'application/json',
+  body: Buffer.from('{"amount":1200}'),
+};
 
 describe('sha256Fingerprint', () => {
   it('is the hex sha256 of method, path with query, content type and raw body', () => {
-    const expected = createHash('sha256').update('POST /v1/charges?expand=source\napplication/json\n{"amount":1200}').digest('hex');
+    const expected = createHash('sha256')
+      .update('POST /v1/charges?expand=source\napplication/json\n{"amount":1200}')
+      .digest('hex');
     expect(sha256Fingerprint(input)).toBe(expected);
   });
 

@@ -42,6 +42,9 @@ describe('parseIdempotencyKey', () => {
     expect(error).toBeInstanceOf(IdempotencyKeyInvalidError);
     const invalid = error as IdempotencyKeyInvalidError;
     expect(invalid.getStatus()).toBe(400);
-    expect(invalid.getResponse()).toMatchObject({ error: 'idempotency_key_invalid', message: expect.stringContaining(reason) });
+    expect(invalid.getResponse()).toMatchObject({
+      error: 'idempotency_key_invalid',
+      message: expect.stringContaining(reason),
+    });
   });
 });

@@ -1,5 +1,10 @@
 import { Idempotent, isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
-import { checkTenancy, resolveDataSourceSettings, resolvePurgeSettings, resolveTableName } from '../../src/protocol/idempotency-policy.js';
+import {
+  checkTenancy,
+  resolveDataSourceSettings,
+  resolvePurgeSettings,
+  resolveTableName,
+} from '../../src/protocol/idempotency-policy.js';
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {
@@ -21,13 +26,23 @@ describe('resolvePolicy', () => {
   });
 
   it('lets route options override module options, and ignores the ones a route leaves undefined', () => {
-    const policy = resolvePolicy({ ttlSeconds: 100, leaseSeconds: 5, required: true }, { ttlSeconds: 7, required: false, leaseSeconds: undefined });
+    const policy = resolvePolicy(
+      { ttlSeconds: 100, leaseSeconds: 5, required: true },
+      { ttlSeconds: 7, required: false, leaseSeconds: undefined },
+    );
     expect(policy).toMatchObject({ ttlSeconds: 7, leaseSeconds: 5, required: false });
   });
 
   it('stores listed headers, case-insensitively, but never Set-Cookie, Content-Length or hop-by-hop headers', () => {
     const policy = resolvePolicy({
-      storedResponseHeaders: ['X-Request-Cost', 'Set-Cookie', 'Connection', 'Transfer-Encoding', 'Content-Length', 'Keep-Alive'],
+      storedResponseHeaders: [
+        'X-Request-Cost',
+        'Set-Cookie',
+        'Connection',
+        'Transfer-Encoding',
+        'Content-Length',
+        'Keep-Alive',
+      ],
     });
     expect([...policy.storedResponseHeaders]).toEqual(['content-type', 'location', 'x-request-cost']);
   });
@@ -49,7 +64,11 @@ describe('resolvePolicy', () => {
   it.each([
     ['headerName', 5, /headerName must be a non-empty string, got the number 5/],
     ['replayHeaderName', '', /replayHeaderName must be a non-empty string, got the string ""/],
-    ['storedResponseHeaders', 'x-request-id', /storedResponseHeaders must be an array of strings, got the string "x-request-id"/],
+    [
+      'storedResponseHeaders',
+      'x-request-id',
+      /storedResponseHeaders must be an array of strings, got the string "x-request-id"/,
+    ],
     ['fingerprint', 'sha256', /fingerprint must be a function, got the string "sha256"/],
     ['isFinalStatus', true, /isFinalStatus must be a function, got the boolean true/],
     ['accountResolver', 'user.id', /accountResolver must be a function, got the string "user.id"/],
@@ -89,7 +108,9 @@ describe('resolveDataSourceSettings', () => {
 
   // Review of issue #10: `enlistDataSource: 'false'` (from the environment) turns enlistment on.
   it('refuses an enlistDataSource that is not a boolean, saying what it got', () => {
-    expect(() => resolveDataSourceSettings({ enlistDataSource: 'false' as unknown as boolean })).toThrow(/enlistDataSource.*got the string "false"/);
+    expect(() => resolveDataSourceSettings({ enlistDataSource: 'false' as unknown as boolean })).toThrow(
+      /enlistDataSource.*got the string "false"/,
+    );
   });
 
   it('refuses an unknown way to handle escaping writes', () => {
@@ -110,10 +131,14 @@ describe('isFinalStatusByDefault', () => {
 describe('the module-only options that are not numbers', () => {
   it('refuses a tableName that is not a non-empty string', () => {
     expect(resolveTableName({})).toBe('idempotency_records');
-    expect(() => resolveTableName({ tableName: 5 as unknown as string })).toThrow(/tableName must be a non-empty string, got the number 5/);
+    expect(() => resolveTableName({ tableName: 5 as unknown as string })).toThrow(
+      /tableName must be a non-empty string, got the number 5/,
+    );
   });
 
   it('refuses a singleTenant that is not a boolean, before reading it as a yes', () => {
-    expect(() => checkTenancy({ singleTenant: 'false' as unknown as boolean })).toThrow(/singleTenant must be true or false, got the string "false"/);
+    expect(() => checkTenancy({ singleTenant: 'false' as unknown as boolean })).toThrow(
+      /singleTenant must be true or false, got the string "false"/,
+    );
   });
 });

@@ -7,7 +7,12 @@ class Money {
 describe('assertFaithfulJson', () => {
   it('lets plain objects, arrays, strings, finite numbers, booleans and null through', () => {
     const shared = { id: 1 };
-    const value = { a: [1, 'two', true, null, { b: -0.5 }], c: Object.assign(Object.create(null), { d: 'e' }), x: shared, y: [shared] };
+    const value = {
+      a: [1, 'two', true, null, { b: -0.5 }],
+      c: Object.assign(Object.create(null), { d: 'e' }),
+      x: shared,
+      y: [shared],
+    };
     expect(() => assertFaithfulJson(value, 'input')).not.toThrow();
     expect(() => assertFaithfulJson(null, 'input')).not.toThrow();
   });
@@ -17,9 +22,19 @@ describe('assertFaithfulJson', () => {
     ['a Set', { tags: new Set(['a']) }, 'input.tags is a Set', /a Set to an array/],
     ['a Date', { when: new Date(0) }, 'input.when is a Date', /a Date to its ISO string/],
     ['a class instance', { price: new Money(5) }, 'input.price is a Money', /not a plain object or array/],
-    ['an Array subclass', { list: new (class Items extends Array {})() }, 'input.list is a Items', /not a plain object/],
+    [
+      'an Array subclass',
+      { list: new (class Items extends Array {})() },
+      'input.list is a Items',
+      /not a plain object/,
+    ],
     ['undefined as a property value', { a: { b: undefined } }, 'input.a.b is undefined', /JSON cannot represent/],
-    ['undefined as an array element', { items: [1, undefined] }, 'input.items[1] is undefined', /JSON cannot represent/],
+    [
+      'undefined as an array element',
+      { items: [1, undefined] },
+      'input.items[1] is undefined',
+      /JSON cannot represent/,
+    ],
     ['a hole in a sparse array', { items: [1, , 3] }, 'input.items[1] is a hole', /sparse array/],
     ['a function', { run: () => 1 }, 'input.run is a function', /JSON cannot represent/],
     ['a symbol', { kind: Symbol('k') }, 'input.kind is a symbol', /JSON cannot represent/],
@@ -36,6 +51,8 @@ describe('assertFaithfulJson', () => {
   it('refuses a cycle instead of recursing forever', () => {
     const loop: Record<string, unknown> = { a: 1 };
     loop.self = { back: loop };
-    expect(() => assertFaithfulJson(loop, 'input')).toThrow('input.self.back refers back to an object that contains it');
+    expect(() => assertFaithfulJson(loop, 'input')).toThrow(
+      'input.self.back refers back to an object that contains it',
+    );
   });
 });

@@ -9,7 +9,9 @@ const outcome = (body = '{"id":"ch_1"}') => ({
 
 function cacheWith(limits: Partial<ReplayCacheLimits> = {}) {
   const clock = { monotonic: 1_000, wall: 1_000_000 };
-  const cache = new ReplayCache({ maxEntries: 100, maxBytes: 1 << 20, maxAgeSeconds: 60, ...limits }, () => ({ ...clock }));
+  const cache = new ReplayCache({ maxEntries: 100, maxBytes: 1 << 20, maxAgeSeconds: 60, ...limits }, () => ({
+    ...clock,
+  }));
   /** Moves both clocks on. */
   const advance = (ms: number) => {
     clock.monotonic += ms;
@@ -74,7 +76,7 @@ describe('ReplayCache', () => {
     expect(cache.size).toBe(0);
   });
 
-  it('keeps a copy of the body: a later change to the handler\'s buffer does not reach replays', () => {
+  it("keeps a copy of the body: a later change to the handler's buffer does not reach replays", () => {
     const { cache } = cacheWith();
     const pooled = Buffer.from('....{"id":"ch_1"}....');
     const response = { status: 201, headers: {}, body: pooled.subarray(4, 17) };
@@ -109,7 +111,12 @@ describe('ReplayCache', () => {
 
   it('replaces an entry remembered twice without counting its bytes twice', () => {
     // Room for exactly two entries of this size: counting the replaced one would evict a.
-    const size = 'acct\nPOST /v1/charges\na'.length + 'fp'.length + JSON.stringify({ 'content-type': 'application/json' }).length + 400 + 256;
+    const size =
+      'acct\nPOST /v1/charges\na'.length +
+      'fp'.length +
+      JSON.stringify({ 'content-type': 'application/json' }).length +
+      400 +
+      256;
     const { cache } = cacheWith({ maxBytes: 2 * size });
     cache.remember(scope('a'), outcome('x'.repeat(400)), 60, cache.now());
     cache.remember(scope('b'), outcome('y'.repeat(400)), 60, cache.now());
@@ -123,16 +130,23 @@ describe('ReplayCache', () => {
 describe('resolveReplayCacheLimits', () => {
   it('documents its defaults, and turns off with false', () => {
     expect(resolveReplayCacheLimits({})).toEqual({ maxEntries: 10_000, maxBytes: 16 * 1024 * 1024, maxAgeSeconds: 60 });
-    expect(resolveReplayCacheLimits({ replayCache: { maxEntries: 5 } })).toMatchObject({ maxEntries: 5, maxAgeSeconds: 60 });
+    expect(resolveReplayCacheLimits({ replayCache: { maxEntries: 5 } })).toMatchObject({
+      maxEntries: 5,
+      maxAgeSeconds: 60,
+    });
     expect(resolveReplayCacheLimits({ replayCache: false })).toBeUndefined();
   });
 
   it('refuses a replayCache that is neither false nor an object', () => {
-    expect(() => resolveReplayCacheLimits({ replayCache: null as unknown as false })).toThrow(/replayCache must be false or an object/);
+    expect(() => resolveReplayCacheLimits({ replayCache: null as unknown as false })).toThrow(
+      /replayCache must be false or an object/,
+    );
   });
 
   it('refuses limits that are not positive', () => {
-    expect(() => resolveReplayCacheLimits({ replayCache: { maxEntries: 0 } })).toThrow(/replayCache.maxEntries must be a positive integer/);
+    expect(() => resolveReplayCacheLimits({ replayCache: { maxEntries: 0 } })).toThrow(
+      /replayCache.maxEntries must be a positive integer/,
+    );
     expect(() => resolveReplayCacheLimits({ replayCache: { maxBytes: 1.5 } })).toThrow(/replayCache.maxBytes/);
     expect(() => resolveReplayCacheLimits({ replayCache: { maxAgeSeconds: -1 } })).toThrow(/replayCache.maxAgeSeconds/);
   });

@@ -27,7 +27,11 @@ beforeAll(() => Logger.overrideLogger(logger));
 describe('ending a transaction the database does not answer', () => {
   const scope = (key: string) => `key "${key}" of POST /x`;
   it.each([
-    ['rolls back', { response: undefined, failed: true }, (key: string) => `Ending the transaction of ${scope(key)} failed: Error: rolling back`],
+    [
+      'rolls back',
+      { response: undefined, failed: true },
+      (key: string) => `Ending the transaction of ${scope(key)} failed: Error: rolling back`,
+    ],
     [
       'commits',
       { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false },
@@ -43,10 +47,16 @@ describe('ending a transaction the database does not answer', () => {
     const service = new IdempotencyService(store, { accountResolver: () => 'acct' });
     const transaction = new StalledTransaction();
     const key = randomUUID();
-    const run = new IdempotencyRun({ scope: { account: 'acct', endpoint: 'POST /x', key }, attempt: randomUUID() }, false, transaction);
+    const run = new IdempotencyRun(
+      { scope: { account: 'acct', endpoint: 'POST /x', key }, attempt: randomUUID() },
+      false,
+      transaction,
+    );
     const policy = resolvePolicy({ storeTimeoutSeconds: 0.05 });
     await service.finish(run, outcome, policy);
     expect(transaction.abandoned).toBe(true);
-    expect(logger.errors).toContain(`ERROR [Idempotency] ${failure(key)} took longer than storeTimeoutSeconds (0.05 s)`);
+    expect(logger.errors).toContain(
+      `ERROR [Idempotency] ${failure(key)} took longer than storeTimeoutSeconds (0.05 s)`,
+    );
   });
 });

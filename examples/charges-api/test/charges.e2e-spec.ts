@@ -47,7 +47,9 @@ describe('POST /charges with an Idempotency-Key', () => {
     expect(retry.text).toBe(first.text);
     expect(retry.headers['content-type']).toBe(first.headers['content-type']);
 
-    expect(await chargeRows('acct_replay')).toEqual([{ id: first.body.id, account: 'acct_replay', status: 'succeeded' }]);
+    expect(await chargeRows('acct_replay')).toEqual([
+      { id: first.body.id, account: 'acct_replay', status: 'succeeded' },
+    ]);
   });
 
   it('refuses the same key with another body: 422 idempotency_key_reuse, and nothing runs', async () => {

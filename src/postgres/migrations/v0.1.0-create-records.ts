@@ -28,7 +28,9 @@ export function createRecordsMigration({ quoted, bareName, suffix }: RecordsTabl
           expires_at       timestamp with time zone NOT NULL,
           CONSTRAINT ${quoteIdentifier(`${bareName}_pkey`)} PRIMARY KEY (account, endpoint, idempotency_key)
         )`);
-      await queryRunner.query(`CREATE INDEX ${quoteIdentifier(`${bareName}_expires_at_idx`)} ON ${quoted} (expires_at)`);
+      await queryRunner.query(
+        `CREATE INDEX ${quoteIdentifier(`${bareName}_expires_at_idx`)} ON ${quoted} (expires_at)`,
+      );
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {
