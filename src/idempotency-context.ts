@@ -1,6 +1,7 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource, EntityManager, EntityTarget, ObjectLiteral, Repository } from 'typeorm';
 import { IDEMPOTENCY_DATA_SOURCE } from './postgres/postgres.tokens.js';
+import { entityManagerOf } from './postgres/run-transaction.js';
 import { currentRun, runWithin } from './protocol/current-run.js';
 import type { IdempotencyRun } from './protocol/idempotency-run.js';
 
@@ -25,7 +26,7 @@ export class IdempotencyContext {
 
   /** The transaction's entity manager inside a transactional handler; `undefined` elsewhere. */
   get manager(): EntityManager | undefined {
-    return this.run?.manager;
+    return entityManagerOf(this.run);
   }
 
   /**

@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IdempotencyService, RequestInProgressError } from '../../src/index.js';
+import { IdempotencyContext, IdempotencyService, RequestInProgressError } from '../../src/index.js';
 import { PAYMENT_PROVIDER, type PaymentProvider } from '../payment-provider.js';
 import { SAMPLE_CONFIG, type SampleConfig } from '../sample-config.js';
 import { PayoutJob } from './payout-job.entity.js';
@@ -22,6 +22,7 @@ export class PayoutWorker implements OnApplicationBootstrap, OnApplicationShutdo
     @InjectDataSource() private readonly dataSource: DataSource,
     @Inject(PAYMENT_PROVIDER) private readonly provider: PaymentProvider,
     private readonly idempotency: IdempotencyService,
+    private readonly context: IdempotencyContext,
   ) {}
 
   onApplicationBootstrap(): void {
@@ -64,11 +65,9 @@ export class PayoutWorker implements OnApplicationBootstrap, OnApplicationShutdo
             idempotencyKey: run.deriveKey('provider'),
           });
           // In the run's transaction: the job is marked paid with the stored outcome, or not at all.
-          await run.manager!.update(
-            PayoutJob,
-            { id: job.id },
-            { status: 'paid', providerPayoutId, paidAt: new Date() },
-          );
+          await this.context
+            .getRepository(PayoutJob)
+            .update({ id: job.id }, { status: 'paid', providerPayoutId, paidAt: new Date() });
           return { providerPayoutId };
         },
         { transactional: true },

@@ -203,7 +203,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return this.changes.wait(scopeDigest(scope), timeoutMs);
   }
 
-  async beginTransaction(timeoutMs?: number): Promise<StoreTransaction> {
+  async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
     await this.transactionSlots.acquire(timeoutMs);
     const runner = this.dataSource.createQueryRunner();
     try {
@@ -214,7 +214,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       this.transactionSlots.release();
       throw error;
     }
-    return new QueryRunnerTransaction(runner, () => this.transactionSlots.release());
+    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release());
   }
 
   checkSchema(): Promise<void> {
@@ -242,8 +242,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
     const config = { ...statement, values };
     if (transaction) {
-      const client = (transaction.manager.queryRunner as QueryRunner & { databaseConnection: PoolClient })
-        .databaseConnection;
+      const client = (transaction as PostgresStoreTransaction).connection as PoolClient;
       return (await client.query(config)).rows as Row[];
     }
     const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [
@@ -266,13 +265,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 }
 
-class QueryRunnerTransaction implements StoreTransaction {
+/** A transaction on a connection of the store's own: the handler's writes go through its `manager`. */
+export class PostgresStoreTransaction implements StoreTransaction {
   private done = false;
   private lost = false;
   private readonly markLost = () => (this.lost = true);
 
   constructor(
-    private readonly runner: QueryRunner,
+    readonly runner: QueryRunner,
     private readonly ended: () => void,
   ) {
     // pg reports a connection lost under a query as that query's error, and to the client as 'error'/'end'.
@@ -307,7 +307,8 @@ class QueryRunnerTransaction implements StoreTransaction {
     this.connection?.connection?.stream?.destroy();
   }
 
-  private get connection(): (PoolClient & { connection?: { stream?: { destroy(): void } } }) | undefined {
+  /** The transaction's connection: the store runs its own statements of the transaction on it. */
+  get connection(): (PoolClient & { connection?: { stream?: { destroy(): void } } }) | undefined {
     return (this.runner as QueryRunner & { databaseConnection?: PoolClient }).databaseConnection;
   }
 

@@ -5,7 +5,7 @@ import { currentRun } from '../protocol/current-run.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotencyModuleOptions } from '../protocol/idempotency-options.interface.js';
 import { resolveDataSourceSettings } from '../protocol/idempotency-policy.js';
-import { openTransactionRunner } from '../protocol/idempotency-run.js';
+import { openTransactionRunner } from './run-transaction.js';
 import { enlistEntityManager } from './entity-manager-enlistment.js';
 import { TransactionEscapeSubscriber } from './transaction-escape.subscriber.js';
 

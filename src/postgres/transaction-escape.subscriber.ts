@@ -9,7 +9,8 @@ import type {
   SoftRemoveEvent,
   UpdateEvent,
 } from 'typeorm';
-import { type IdempotencyRun, openTransactionRunner } from '../protocol/idempotency-run.js';
+import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import { openTransactionRunner } from './run-transaction.js';
 
 /** A write made outside the transaction of the transactional run it belongs to, with `onTransactionEscape: 'throw'`. */
 export class TransactionEscapeError extends Error {

@@ -1,5 +1,4 @@
 import { createHash } from 'node:crypto';
-import type { EntityManager, QueryRunner } from 'typeorm';
 import type { IdempotencyClaim, IdempotencyScope, StoreTransaction } from './idempotency-store.interface.js';
 
 /**
@@ -23,11 +22,6 @@ export class IdempotencyRun {
     return this.claim.scope.key;
   }
 
-  /** The transaction's entity manager on a transactional route; `undefined` elsewhere. */
-  get manager(): EntityManager | undefined {
-    return this.transaction?.manager;
-  }
-
   /**
    * A key for a call this operation makes to another service (`deriveKey('provider')`): the same for every
    * attempt at this operation, different for each purpose and scope, so that a call repeated after a crash
@@ -39,13 +33,4 @@ export class IdempotencyRun {
       .update(JSON.stringify([account, endpoint, key, purpose]))
       .digest('base64url');
   }
-}
-
-/**
- * The query runner of the run's transaction while that transaction is open; `undefined` on a run without one,
- * and once it has committed or rolled back (work the handler left behind then runs outside any transaction).
- */
-export function openTransactionRunner(run: IdempotencyRun): QueryRunner | undefined {
-  const runner = run.manager?.queryRunner;
-  return runner && !runner.isReleased && runner.isTransactionActive ? runner : undefined;
 }

@@ -1,5 +1,3 @@
-import type { EntityManager } from 'typeorm';
-
 /** Who may collide with whom: one record per (account, endpoint, key), never a global key. */
 export interface IdempotencyScope {
   account: string;
@@ -42,9 +40,11 @@ export interface IdempotencyClaim {
   attempt: string;
 }
 
-/** A database transaction of the store's, in which a handler's own writes and its outcome commit together. */
+/**
+ * A database transaction of the store's, in which a handler's own writes and its outcome commit together. How the
+ * handler reaches it is the store's to say (the PostgreSQL store: a TypeORM `EntityManager`, see `IdempotencyContext`).
+ */
 export interface StoreTransaction {
-  readonly manager: EntityManager;
   commit(): Promise<void>;
   rollback(): Promise<void>;
   /** Whether the transaction's connection was lost (nothing of it can commit any more). */

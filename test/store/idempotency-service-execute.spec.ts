@@ -117,8 +117,8 @@ describe('IdempotencyService.execute', () => {
     const key = randomUUID();
     const failing = service.execute(
       payout(key),
-      async (run) => {
-        await run.manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
+      async () => {
+        await context.get(IdempotencyContext).manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
         throw new Error('the bank said no');
       },
       { transactional: true },
@@ -127,8 +127,8 @@ describe('IdempotencyService.execute', () => {
     await expect(db.query('SELECT * FROM payouts_made WHERE key = $1', [key])).resolves.toEqual([]);
     const retried = await service.execute(
       payout(key),
-      async (run) => {
-        await run.manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
+      async () => {
+        await context.get(IdempotencyContext).manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
         return 'paid';
       },
       { transactional: true },

@@ -13,7 +13,7 @@ import {
   IdempotencyShuttingDownError,
   PostgresIdempotencyStore,
   type IdempotencyScope,
-  type StoreTransaction,
+  type PostgresStoreTransaction,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -24,7 +24,7 @@ class GatedClaimStore extends PostgresIdempotencyStore {
   gate?: Gate;
   transactionGate?: Gate;
 
-  override async beginTransaction(timeoutMs?: number): Promise<StoreTransaction> {
+  override async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
     const gate = this.transactionGate;
     this.transactionGate = undefined;
     await gate?.pass();

@@ -11,7 +11,6 @@ import { RecordingLogger } from '../support/recording-logger.js';
 
 /** A transaction whose database never answers its rollback or commit. */
 class StalledTransaction implements StoreTransaction {
-  readonly manager = {} as StoreTransaction['manager'];
   abandoned = false;
   readonly connectionLost = false;
   commit = () => new Promise<void>(() => undefined);
