@@ -37,7 +37,8 @@ export type {
   StoredResponse,
   StoreTransaction,
 } from './protocol/idempotency-store.interface.js';
-export { PostgresIdempotencyStore, type PostgresStoreTransaction } from './postgres/postgres-idempotency.store.js';
+export { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
+export type { PostgresStoreTransaction } from './postgres/postgres-store-transaction.js';
 export { IdempotencyRecord } from './postgres/idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './postgres/migrations/idempotency-migrations.js';
 export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';

@@ -1,10 +1,10 @@
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { IdempotencyRun } from '../protocol/idempotency-run.js';
-import { PostgresStoreTransaction } from './postgres-idempotency.store.js';
+import { PostgresStoreTransaction } from './postgres-store-transaction.js';
 
 /** The entity manager of a run's transaction (a transactional route of the PostgreSQL store); `undefined` elsewhere. */
 export function entityManagerOf(run: IdempotencyRun | undefined): EntityManager | undefined {
-  return run?.transaction instanceof PostgresStoreTransaction ? run.transaction.runner.manager : undefined;
+  return run?.transaction instanceof PostgresStoreTransaction ? run.transaction.manager : undefined;
 }
 
 /**

@@ -1,0 +1,66 @@
+import type { PoolClient } from 'pg';
+import type { EntityManager, QueryRunner } from 'typeorm';
+import type { StoreTransaction } from '../protocol/idempotency-store.interface.js';
+
+/** A transaction on a connection of the store's own: the handler's writes go through its `manager`. */
+export class PostgresStoreTransaction implements StoreTransaction {
+  private done = false;
+  private lost = false;
+  private readonly markLost = () => (this.lost = true);
+
+  constructor(
+    readonly runner: QueryRunner,
+    private readonly ended: () => void,
+  ) {
+    // pg reports a connection lost under a query as that query's error, and to the client as 'error'/'end'.
+    this.connection?.on('error', this.markLost).on('end', this.markLost);
+  }
+
+  get connectionLost(): boolean {
+    return this.lost;
+  }
+
+  get manager(): EntityManager {
+    return this.runner.manager;
+  }
+
+  async commit(): Promise<void> {
+    try {
+      await this.runner.commitTransaction();
+    } finally {
+      await this.end();
+    }
+  }
+
+  async rollback(): Promise<void> {
+    try {
+      if (this.runner.isTransactionActive) await this.runner.rollbackTransaction();
+    } finally {
+      await this.end();
+    }
+  }
+
+  abandon(): void {
+    this.connection?.connection?.stream?.destroy();
+  }
+
+  /** The transaction's connection: the store runs its own statements of the transaction on it. */
+  get connection(): (PoolClient & { connection?: { stream?: { destroy(): void } } }) | undefined {
+    return (this.runner as QueryRunner & { databaseConnection?: PoolClient }).databaseConnection;
+  }
+
+  /**
+   * Gives the connection and the transaction slot back, once. Tracked here, not by `runner.isReleased`: TypeORM
+   * releases a runner whose connection died on its own, and the slot must still be freed then.
+   */
+  private async end(): Promise<void> {
+    if (this.done) return;
+    this.done = true;
+    this.connection?.off('error', this.markLost).off('end', this.markLost);
+    try {
+      if (!this.runner.isReleased) await this.runner.release();
+    } finally {
+      this.ended();
+    }
+  }
+}

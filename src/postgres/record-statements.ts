@@ -1,0 +1,148 @@
+import { createHash } from 'node:crypto';
+import type { ExistingRecord } from '../protocol/idempotency-store.interface.js';
+import { quoteTableName } from './postgres-identifiers.js';
+
+/** The store's statements on one table, each one round trip. */
+export interface RecordStatements {
+  claim: Statement;
+  renew: Statement;
+  complete: Statement;
+  release: Statement;
+  markAwaited: Statement;
+  purge: Statement;
+}
+
+/**
+ * Builds the statements on `tableName`; completing or releasing a record someone waits for notifies `channel`.
+ * Parameters, in order: account, endpoint, key, then each statement's own.
+ */
+export function recordStatements(tableName: string, channel: string): RecordStatements {
+  const table = quoteTableName(tableName);
+  const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
+  const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
+  // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
+  // one has asked to be: a NOTIFY serializes every notifying commit of the cluster on one lock.
+  const notifying = (statement: string) =>
+    countingRows(
+      statement,
+      `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`,
+    );
+
+  // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
+  // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
+  // takeover of an expired one or of a lapsed lease of the same request.
+  const claim = prepared(`
+    WITH current AS (
+      SELECT fingerprint, status, response_status, response_headers, response_body,
+             extract(epoch FROM expires_at - now())::float8 AS expires_in,
+             expires_at > now() AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4) AS holds
+      FROM ${table}
+      WHERE ${scope}
+    ),
+    claimed AS (
+      INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
+                                 created_at, locked_until, expires_at)
+      SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, 1, now(),
+             now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8)
+      WHERE NOT EXISTS (SELECT 1 FROM current WHERE holds)
+      ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
+        fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
+        attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
+        created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
+        completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
+        awaited = r.awaited AND r.status = 'in_progress'
+      WHERE r.expires_at <= now()
+         OR (r.status = 'in_progress' AND r.locked_until <= now() AND r.fingerprint = EXCLUDED.fingerprint)
+      RETURNING attempts > 1 AS takeover
+    )
+    SELECT true AS claimed, takeover, NULL::text AS fingerprint, NULL::text AS status,
+           NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
+           NULL::float8 AS expires_in
+    FROM claimed
+    UNION ALL
+    SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body, expires_in
+    FROM current
+    WHERE holds AND NOT EXISTS (SELECT 1 FROM claimed)`);
+  const renew = prepared(
+    countingRows(`
+    UPDATE ${table}
+    SET locked_until = now() + make_interval(secs => $5::float8),
+        expires_at = now() + make_interval(secs => $5::float8 + $6::float8)
+    WHERE ${held}
+    RETURNING 1`),
+  );
+  // The clock at completion, not now(): in a transactional run, now() is when the handler's transaction began,
+  // and a TTL counted from there would be shortened by the run (or over before the outcome is even stored).
+  const complete = prepared(
+    notifying(`
+    UPDATE ${table}
+    SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
+        completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8)
+    FROM (SELECT clock_timestamp() AS at) AS completion
+    WHERE ${held}
+    RETURNING awaited`),
+  );
+  const release = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
+  // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on.
+  const markAwaited = prepared(
+    countingRows(`
+    UPDATE ${table} SET awaited = true
+    WHERE ${scope} AND status = 'in_progress' AND locked_until > now()
+    RETURNING 1`),
+  );
+  // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
+  const purge = prepared(
+    countingRows(`
+    DELETE FROM ${table}
+    WHERE ctid IN (SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
+      AND expires_at <= now()
+    RETURNING 1`),
+  );
+  return { claim, renew, complete, release, markAwaited, purge };
+}
+
+export interface ClaimRow {
+  claimed: boolean;
+  takeover: boolean | null;
+  fingerprint: string | null;
+  status: 'in_progress' | 'completed' | null;
+  response_status: number | null;
+  response_headers: Record<string, string | string[]> | null;
+  response_body: Buffer | null;
+  expires_in: number | null;
+}
+
+export interface Statement {
+  name: string;
+  text: string;
+}
+
+/** A statement with a name of its own (its text's digest), for PostgreSQL to prepare once per connection. */
+function prepared(text: string): Statement {
+  return { name: `idempotency_${createHash('md5').update(text).digest('hex').slice(0, 16)}`, text };
+}
+
+/**
+ * Wraps a data-modifying statement so that it answers with the number of rows it changed, running `forEachRow`
+ * (which may filter itself out) once per changed row.
+ */
+function countingRows(statement: string, forEachRow?: string): string {
+  const each = forEachRow ? ` LEFT JOIN LATERAL (${forEachRow}) AS each_row ON true` : '';
+  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed${each}`;
+}
+
+export function toExistingRecord(row: ClaimRow): ExistingRecord {
+  if (row.status === 'completed') {
+    return {
+      status: 'completed',
+      fingerprint: row.fingerprint as string,
+      response: {
+        status: row.response_status as number,
+        headers: row.response_headers ?? {},
+        body: row.response_body ?? Buffer.alloc(0),
+      },
+      expiresInSeconds: row.expires_in as number,
+    };
+  }
+  return { status: 'in_progress', fingerprint: row.fingerprint as string };
+}
