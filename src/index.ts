@@ -1,32 +1,43 @@
+// The public API of `nest-idempotency`, by role. Anything not exported here is internal and may change in any release.
+
+// The module, the route decorator, and what handlers and services see of their run.
 export { IdempotencyModule } from './idempotency.module.js';
 export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
-export { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
-export {
-  type AttemptOutcome,
-  type ExecuteResult,
-  type IdempotencyDecision,
-  type IdempotentOperation,
-  IdempotencyService,
-} from './protocol/idempotency.service.js';
-export type { Jsonified, JsonResult } from './protocol/jsonified.js';
 export { IdempotencyContext } from './idempotency-context.js';
 export { IdempotencyRun } from './protocol/idempotency-run.js';
-export { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
-export { TransactionEscapeError } from './postgres/transaction-escape.subscriber.js';
+
+// Options, and the defaults an application may build its own from.
 export type {
   AccountResolver,
   FingerprintInput,
   IdempotencyModuleOptions,
   IdempotentOptions,
 } from './protocol/idempotency-options.interface.js';
+export { isFinalStatusByDefault, sha256Fingerprint } from './protocol/idempotency-policy.js';
+
+// Operations that are not HTTP requests (queue consumers, jobs), and the purge on demand.
+export { type ExecuteResult, type IdempotentOperation, IdempotencyService } from './protocol/idempotency.service.js';
+export type { Jsonified, JsonResult } from './protocol/jsonified.js';
+
+// Errors: the answers of the module (each with a stable `code`), and the refusals at start-up.
 export {
-  isFinalStatusByDefault,
-  resolvePolicy,
-  sha256Fingerprint,
-  type IdempotencyPolicy,
-} from './protocol/idempotency-policy.js';
-export { parseIdempotencyKey } from './http/idempotency-key.js';
+  IdempotencyAccountUnresolvedError,
+  IdempotencyBodyUnavailableError,
+  IdempotencyError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyRequiredError,
+  IdempotencyKeyReuseError,
+  IdempotencyMisconfiguredError,
+  IdempotencyShuttingDownError,
+  IdempotencyStoreUnavailableError,
+  RequestInProgressError,
+} from './protocol/idempotency.errors.js';
+export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
+export { TransactionEscapeError } from './postgres/transaction-escape.subscriber.js';
+
+// The record store: its injection tokens and interface (for a store of your own), and the PostgreSQL one with its table.
+export { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 export type {
   ClaimResult,
   ClaimTiming,
@@ -41,16 +52,3 @@ export { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.
 export type { PostgresStoreTransaction } from './postgres/postgres-store-transaction.js';
 export { IdempotencyRecord } from './postgres/idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './postgres/migrations/idempotency-migrations.js';
-export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
-export {
-  IdempotencyAccountUnresolvedError,
-  IdempotencyBodyUnavailableError,
-  IdempotencyError,
-  IdempotencyKeyInvalidError,
-  IdempotencyKeyRequiredError,
-  IdempotencyKeyReuseError,
-  IdempotencyMisconfiguredError,
-  IdempotencyShuttingDownError,
-  IdempotencyStoreUnavailableError,
-  RequestInProgressError,
-} from './protocol/idempotency.errors.js';

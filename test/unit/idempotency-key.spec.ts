@@ -1,4 +1,5 @@
-import { IdempotencyKeyInvalidError, parseIdempotencyKey } from '../../src/index.js';
+import { IdempotencyKeyInvalidError } from '../../src/index.js';
+import { parseIdempotencyKey } from '../../src/http/idempotency-key.js';
 
 const parse = (value: string | string[] | undefined) => parseIdempotencyKey(value, 'Idempotency-Key');
 

@@ -1,6 +1,7 @@
-import { Idempotent, isFinalStatusByDefault, resolvePolicy, sha256Fingerprint } from '../../src/index.js';
+import { Idempotent, isFinalStatusByDefault, sha256Fingerprint } from '../../src/index.js';
 import {
   checkTenancy,
+  resolvePolicy,
   resolveDataSourceSettings,
   resolvePurgeSettings,
   resolveTableName,

@@ -4,9 +4,9 @@ import {
   type IdempotencyStore,
   IdempotencyRun,
   IdempotencyService,
-  resolvePolicy,
   type StoreTransaction,
 } from '../../src/index.js';
+import { resolvePolicy } from '../../src/protocol/idempotency-policy.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 
 /** A transaction whose database never answers its rollback or commit. */
