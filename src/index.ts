@@ -26,6 +26,7 @@ export {
   sha256Fingerprint,
   type IdempotencyPolicy,
 } from './protocol/idempotency-policy.js';
+export { jsonFieldsFingerprint, type JsonFieldsSelection } from './protocol/json-fields-fingerprint.js';
 export { parseIdempotencyKey } from './http/idempotency-key.js';
 export type {
   ClaimResult,
