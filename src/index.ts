@@ -15,6 +15,7 @@ export type {
   IdempotentOptions,
 } from './protocol/idempotency-options.interface.js';
 export { isFinalStatusByDefault, sha256Fingerprint } from './protocol/idempotency-policy.js';
+export { jsonFieldsFingerprint, type JsonFieldsSelection } from './protocol/json-fields-fingerprint.js';
 
 // Operations that are not HTTP requests (queue consumers, jobs), and the purge on demand.
 export { type ExecuteResult, type IdempotentOperation, IdempotencyService } from './protocol/idempotency.service.js';

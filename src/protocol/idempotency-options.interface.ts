@@ -51,7 +51,11 @@ export interface IdempotentOptions {
    * given `singleTenant: true`, or it refuses to start.
    */
   accountResolver?: AccountResolver;
-  /** Request fingerprint. Default: sha256 of method, path with query, content type and raw body (`sha256Fingerprint`). */
+  /**
+   * Request fingerprint. Default: sha256 of method, path with query, content type and raw body (`sha256Fingerprint`).
+   * `jsonFieldsFingerprint({ exclude })` or `({ include })` compares chosen fields of a JSON body instead. Not used
+   * by `IdempotencyService.execute()`, which fingerprints its operation's `input`.
+   */
   fingerprint?: (input: FingerprintInput) => string;
   /**
    * Response headers stored and replayed besides `Content-Type` and `Location`. Default: `[]`.

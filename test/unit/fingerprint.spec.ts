@@ -1,5 +1,11 @@
 import { createHash } from 'node:crypto';
-import { sha256Fingerprint } from '../../src/index.js';
+import {
+  type FingerprintInput,
+  jsonFieldsFingerprint,
+  type JsonFieldsSelection,
+  sha256Fingerprint,
+} from '../../src/index.js';
+import { resolvePolicy } from '../../src/protocol/idempotency-policy.js';
 
 const input = {
   method: 'POST',
@@ -36,5 +42,150 @@ describe('sha256Fingerprint', () => {
     const a = sha256Fingerprint({ method: 'POST', url: '/a', contentType: '', body: Buffer.from('b') });
     const b = sha256Fingerprint({ method: 'POST', url: '/ab', contentType: '', body: Buffer.alloc(0) });
     expect(a).not.toBe(b);
+  });
+});
+
+describe('jsonFieldsFingerprint', () => {
+  const order = {
+    amount: 1200,
+    currency: 'eur',
+    customer: { id: 'cus_1', email: 'a@example.com' },
+    metadata: { requestedAt: '2026-01-01T10:00:00Z', orderId: 'o-42', tags: ['a', 'b'] },
+    traceId: 't-1',
+  };
+  const jsonRequest = (body: unknown, change: Partial<FingerprintInput> = {}): FingerprintInput => ({
+    method: 'POST',
+    url: '/v1/orders?expand=items',
+    contentType: 'application/json',
+    body: Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)),
+    ...change,
+  });
+  const excluding = jsonFieldsFingerprint({ exclude: ['metadata.requestedAt', 'traceId'] });
+  const including = jsonFieldsFingerprint({ include: ['amount', 'currency', 'customer.id'] });
+
+  describe.each([
+    ['exclude', excluding],
+    ['include', including],
+  ])('with %s', (_mode, fingerprint) => {
+    it('is a hex sha256, other than the raw-bytes one', () => {
+      expect(fingerprint(jsonRequest(order))).toMatch(/^[0-9a-f]{64}$/);
+      expect(fingerprint(jsonRequest(order))).not.toBe(sha256Fingerprint(jsonRequest(order)));
+    });
+
+    it('ignores key order and formatting at every depth', () => {
+      const reordered = `{ "traceId": "t-1", "metadata": { "tags": ["a","b"], "orderId": "o-42",
+        "requestedAt": "2026-01-01T10:00:00Z" }, "customer": { "email": "a@example.com", "id": "cus_1" },
+        "currency": "eur", "amount": 1200.0 }`;
+      expect(fingerprint(jsonRequest(reordered))).toBe(fingerprint(jsonRequest(order)));
+    });
+
+    it.each([
+      ['the method', { method: 'PUT' }],
+      ['the path', { url: '/v2/orders?expand=items' }],
+      ['the query', { url: '/v1/orders?expand=customer' }],
+      ['the content type', { contentType: 'application/merge-patch+json' }],
+    ])('changes with %s, whatever the body', (_case, change) => {
+      expect(fingerprint(jsonRequest(order, change))).not.toBe(fingerprint(jsonRequest(order)));
+    });
+
+    it.each([
+      ['the amount', { ...order, amount: 1300 }],
+      ['a nested included field', { ...order, customer: { ...order.customer, id: 'cus_2' } }],
+      ['a compared field removed', { currency: 'eur', customer: order.customer, metadata: order.metadata }],
+      ['a compared field set to null instead of absent', { ...order, customer: { ...order.customer, id: null } }],
+      ['the type of a compared field', { ...order, amount: '1200' }],
+    ])('changes with %s', (_case, body) => {
+      expect(fingerprint(jsonRequest(body))).not.toBe(fingerprint(jsonRequest(order)));
+    });
+
+    it.each([
+      ['a form', 'application/x-www-form-urlencoded', 'amount=1200&currency=eur'],
+      ['no body', 'application/json', ''],
+      ['bytes that do not parse', 'application/json', '{"amount":'],
+      ['another charset', 'application/json;charset=iso-8859-1', '{"amount":1200}'],
+      ['text', 'text/plain', '{"amount":1200}'],
+    ])('falls back to the raw-bytes fingerprint for %s', (_case, contentType, body) => {
+      const input = jsonRequest(body, { contentType });
+      expect(fingerprint(input)).toBe(sha256Fingerprint(input));
+    });
+  });
+
+  it('with exclude, ignores the excluded fields, and only them', () => {
+    const retried = { ...order, traceId: 't-2', metadata: { ...order.metadata, requestedAt: '2026-01-01T10:00:05Z' } };
+    expect(excluding(jsonRequest(retried))).toBe(excluding(jsonRequest(order)));
+    const { traceId: _dropped, ...withoutTrace } = order;
+    expect(excluding(jsonRequest(withoutTrace))).toBe(excluding(jsonRequest(order)));
+    const utf8 = { contentType: 'application/json;charset=utf-8' };
+    expect(excluding(jsonRequest(retried, utf8))).toBe(excluding(jsonRequest(order, utf8)));
+    const otherOrder = { ...order, metadata: { ...order.metadata, orderId: 'o-43' } };
+    expect(excluding(jsonRequest(otherOrder))).not.toBe(excluding(jsonRequest(order)));
+    expect(excluding(jsonRequest({ ...order, note: 'new field' }))).not.toBe(excluding(jsonRequest(order)));
+  });
+
+  it('with include, ignores every other field', () => {
+    const other = { ...order, traceId: 't-2', metadata: {}, customer: { id: 'cus_1' }, extra: true };
+    expect(including(jsonRequest(other))).toBe(including(jsonRequest(order)));
+  });
+
+  it('stops a path at a value that is not an object, which then counts whole', () => {
+    const tags = jsonFieldsFingerprint({ exclude: ['metadata.tags.0', 'customer.id.x'] });
+    const changed = { ...order, metadata: { ...order.metadata, tags: ['z', 'b'] }, customer: { id: 'cus_2' } };
+    expect(tags(jsonRequest(changed))).not.toBe(tags(jsonRequest(order)));
+    const itemsOnly = jsonFieldsFingerprint({ include: ['items.price'] });
+    expect(itemsOnly(jsonRequest({ items: [{ price: 1 }] }))).not.toBe(
+      itemsOnly(jsonRequest({ items: [{ price: 2 }] })),
+    );
+    expect(itemsOnly(jsonRequest([1, 2]))).not.toBe(itemsOnly(jsonRequest([1, 3])));
+    expect(itemsOnly(jsonRequest({ items: null }))).not.toBe(itemsOnly(jsonRequest({})));
+  });
+
+  it('takes a shorter path as covering the longer ones under it', () => {
+    const fingerprint = jsonFieldsFingerprint({ exclude: ['metadata.requestedAt', 'metadata'] });
+    expect(fingerprint(jsonRequest({ ...order, metadata: { orderId: 'other' } }))).toBe(
+      fingerprint(jsonRequest(order)),
+    );
+  });
+
+  it('treats a "__proto__" key as a field like any other', () => {
+    const fingerprint = jsonFieldsFingerprint({ include: ['__proto__.amount'] });
+    const a = fingerprint(jsonRequest('{"__proto__":{"amount":1}}'));
+    expect(a).not.toBe(fingerprint(jsonRequest('{"__proto__":{"amount":2}}')));
+    expect(a).not.toBe(fingerprint(jsonRequest('{}')));
+  });
+
+  it.each([
+    ['both lists', { include: ['a'], exclude: ['b'] }, RangeError, /exactly one of include or exclude, got both/],
+    ['neither list', {}, RangeError, /exactly one of include or exclude, got neither/],
+    ['no selection', undefined, TypeError, /takes \{ include \} or \{ exclude \}, got undefined/],
+    ['an empty list', { exclude: [] }, RangeError, /exclude must list at least one field, got an empty array/],
+    [
+      'a string for a list',
+      { include: 'amount' },
+      TypeError,
+      /include must be an array of dotted paths, got the string "amount"/,
+    ],
+    [
+      'a path that is not a string',
+      { exclude: ['a', 3] },
+      TypeError,
+      /exclude\[1\] must be a dotted path, got the number 3/,
+    ],
+    [
+      'an empty path',
+      { include: [''] },
+      RangeError,
+      /include\[0\] must be object keys joined by dots, none empty, got the string ""/,
+    ],
+    ['an empty key', { exclude: ['metadata..at'] }, RangeError, /none empty, got the string "metadata..at"/],
+    ['a wildcard', { exclude: ['items.*.at'] }, RangeError, /must not hold a wildcard.*got the string "items.\*.at"/],
+  ])('refuses %s at once', (_case, selection, type, message) => {
+    const make = () => jsonFieldsFingerprint(selection as unknown as JsonFieldsSelection);
+    expect(make).toThrow(type);
+    expect(make).toThrow(message);
+    expect(make).toThrow(/^Idempotency option fingerprint: jsonFieldsFingerprint\(\)/);
+  });
+
+  it('plugs into the fingerprint option of a route', () => {
+    expect(resolvePolicy({ singleTenant: true }, { fingerprint: excluding }).fingerprint).toBe(excluding);
   });
 });
