@@ -139,7 +139,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     const scope = { account: await this.accountOf(context, policy), endpoint: endpointOf(request), key };
     const fingerprint = policy.fingerprint(this.fingerprintInputOf(request));
 
-    const decision = await this.idempotency.begin(scope, fingerprint, policy).catch((error: unknown) => {
+    const terms = { key: policy.headerName, usedWith: 'request (method, path, query or body)' };
+    const decision = await this.idempotency.begin(scope, fingerprint, policy, terms).catch((error: unknown) => {
       if (error instanceof IdempotencyError && error.retryAfterSeconds !== undefined) {
         setRetryAfter(response, error.retryAfterSeconds);
       }

@@ -68,23 +68,33 @@ export class IdempotencyAccountUnresolvedError extends IdempotencyError {
   }
 }
 
+/**
+ * How a refusal names the key and what it was first used with, in the words of the edge it is answered on: an HTTP
+ * header and its request, or an operation's key and its input.
+ */
+export interface KeyTerms {
+  /** The key, e.g. `Idempotency-Key` (the header's name), or `key of operation "payout"`. */
+  key: string;
+  /** What a key is first used with, e.g. `request (method, path, query or body)`, or `input`. */
+  usedWith: string;
+}
+
 export class IdempotencyKeyReuseError extends IdempotencyError {
-  constructor() {
+  constructor(terms: KeyTerms) {
     super(
       'idempotency_key_reuse',
-      'This Idempotency-Key was already used with a different request (method, path, query or body). ' +
-        'Use a new key for a new operation.',
+      `This ${terms.key} was already used with a different ${terms.usedWith}. Use a new key for a new operation.`,
       HttpStatus.UNPROCESSABLE_ENTITY,
     );
   }
 }
 
 export class RequestInProgressError extends IdempotencyError {
-  constructor(retryAfterSeconds: number) {
+  constructor(retryAfterSeconds: number, terms: KeyTerms) {
     super(
       'request_in_progress',
-      'Another request with this Idempotency-Key is still being processed. Retry after the delay in Retry-After ' +
-        'to receive its outcome.',
+      `Another attempt with this ${terms.key} is still being processed. Retry after ${retryAfterSeconds} s to ` +
+        'receive its outcome.',
       HttpStatus.CONFLICT,
       retryAfterSeconds,
     );

@@ -8,6 +8,7 @@ import {
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
+  type KeyTerms,
 } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.tokens.js';
 import {
@@ -75,6 +76,13 @@ export interface AttemptOutcome {
 const FINALIZE_BACKOFF_MS = 250;
 
 /** An attempt between its claim and its finish, as shutdown sees it. */
+/** What a run was claimed for: its request's fingerprint, when its claim was sent, and how refusals name its key. */
+interface ClaimedRequest {
+  fingerprint: string;
+  since: Instant;
+  terms: KeyTerms;
+}
+
 interface RunningAttempt {
   policy: IdempotencyPolicy;
   /** Ended by shutdown before its handler was done: its claim is released, its outcome not stored. */
@@ -95,7 +103,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private readonly leases = new Map<IdempotencyRun, NodeJS.Timeout>();
   private readonly replays: ReplayCache;
   /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
-  private readonly claimsOf = new WeakMap<IdempotencyRun, { fingerprint: string; since: Instant }>();
+  private readonly claimsOf = new WeakMap<IdempotencyRun, ClaimedRequest>();
   private purgeTimer?: NodeJS.Timeout;
   private readonly shutdownTimeoutSeconds: number;
   private readonly running = new Map<IdempotencyRun, RunningAttempt>();
@@ -219,11 +227,16 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * awaited for a while; a completed key is replayed. The claim is committed before this resolves, so the
    * work never runs inside the claim's transaction.
    */
-  async begin(scope: IdempotencyScope, fingerprint: string, policy: IdempotencyPolicy): Promise<IdempotencyDecision> {
+  async begin(
+    scope: IdempotencyScope,
+    fingerprint: string,
+    policy: IdempotencyPolicy,
+    terms: KeyTerms,
+  ): Promise<IdempotencyDecision> {
     // A completed record does not change until it expires: one this process has seen is answered from memory.
     const cached = this.replays.get(scope);
     if (cached) {
-      if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError();
+      if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError(terms);
       return { action: 'replay', response: cached.response };
     }
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
@@ -241,19 +254,20 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       });
       if (result.claimed) {
         waiting?.cancel();
-        return { action: 'run', run: await this.startAttempt(claim, result.takeover, { fingerprint, since }, policy) };
+        const request = { fingerprint, since, terms };
+        return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy) };
       }
       const { existing } = result;
       if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
       if (existing.fingerprint !== fingerprint) {
         waiting?.cancel();
-        throw new IdempotencyKeyReuseError();
+        throw new IdempotencyKeyReuseError(terms);
       }
       if (existing.status === 'completed') {
         waiting?.cancel();
         return { action: 'replay', response: existing.response };
       }
-      if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds);
+      if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
       if (await this.awaitOutcome(scope, policy, waiting.cancel)) await waiting.changed;
       else waiting.cancel(); // completed, released or lapsed meanwhile: claim again at once
     }
@@ -266,17 +280,17 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private async startAttempt(
     claim: IdempotencyClaim,
     takeover: boolean,
-    request: { fingerprint: string; since: Instant },
+    request: ClaimedRequest,
     policy: IdempotencyPolicy,
   ): Promise<IdempotencyRun> {
     this.starting += 1;
     try {
       const run = await this.startRun(claim, takeover, policy);
+      this.claimsOf.set(run, request);
       if (this.shuttingDown) {
         await this.finish(run, { response: undefined, failed: true }, policy);
         throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       }
-      this.claimsOf.set(run, request);
       this.running.set(run, { policy, abandoned: false, finishing: false });
       return run;
     } finally {
@@ -322,7 +336,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
       const held = await this.finalize(run.claim, undefined, policy);
       return held === false
-        ? new RequestInProgressError(policy.retryAfterSeconds)
+        ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
     if (transaction && storable && !failed) return this.commitWithOutcome(run, storable, policy);
@@ -346,7 +360,15 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const held = await this.finalize(run.claim, storable, policy);
     if (held && storable) this.rememberOutcome(run, storable, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
-    return held === false && storable && !failed ? new RequestInProgressError(policy.retryAfterSeconds) : undefined;
+    return held === false && storable && !failed
+      ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
+      : undefined;
+  }
+
+  private termsOf(run: IdempotencyRun): KeyTerms {
+    const request = this.claimsOf.get(run);
+    if (!request) throw new Error(`The run of ${describe(run.scope)} was not started by this IdempotencyService`);
+    return request.terms;
   }
 
   /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */
@@ -380,7 +402,10 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const fingerprint = createHash('sha256')
       .update(canonicalJson(operation.input ?? null))
       .digest('hex');
-    const decision = await this.begin(scope, fingerprint, policy);
+    const decision = await this.begin(scope, fingerprint, policy, {
+      key: `key of operation ${JSON.stringify(operation.name)}`,
+      usedWith: 'input',
+    });
     if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
 
     const { run } = decision;
@@ -520,7 +545,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         this.logger.warn(
           `The claim on ${describe(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
         );
-        return new RequestInProgressError(policy.retryAfterSeconds);
+        return new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run));
       }
       await this.endTransaction(transaction, 'commit', policy);
       this.rememberOutcome(run, response, policy);

@@ -346,6 +346,16 @@ describe('module options', () => {
     });
   });
 
+  it('names the configured header in its refusals', async () => {
+    const key = randomUUID();
+    await request(url).post('/shapes/count').set('X-Idempotency-Key', key).send({ n: 1 }).expect(201);
+    const reuse = await request(url).post('/shapes/count').set('X-Idempotency-Key', key).send({ n: 2 }).expect(422);
+    expect(reuse.body.message).toBe(
+      'This X-Idempotency-Key was already used with a different request (method, path, query or body). ' +
+        'Use a new key for a new operation.',
+    );
+  });
+
   it('lets DELETE through untouched even with a key', async () => {
     const key = randomUUID();
     const before = controller.runsOf('count');

@@ -87,7 +87,11 @@ describe('IdempotencyService.execute', () => {
       return 'done';
     });
     await gate.reached;
-    await expect(service.execute(payout(key), async () => 'second')).rejects.toBeInstanceOf(RequestInProgressError);
+    const refusal = service.execute(payout(key), async () => 'second');
+    await expect(refusal).rejects.toBeInstanceOf(RequestInProgressError);
+    await expect(refusal).rejects.toThrow(
+      'Another attempt with this key of operation "payout" is still being processed. Retry after 2 s to receive its outcome.',
+    );
     gate.release();
     await expect(first).resolves.toEqual({ result: 'done', replayed: false });
   });
@@ -95,8 +99,10 @@ describe('IdempotencyService.execute', () => {
   it('throws IdempotencyKeyReuseError for the same key with another input', async () => {
     const key = randomUUID();
     await service.execute(payout(key, { amount: 100 }), async () => 'paid');
-    await expect(service.execute(payout(key, { amount: 999 }), async () => 'paid')).rejects.toBeInstanceOf(
-      IdempotencyKeyReuseError,
+    const refusal = service.execute(payout(key, { amount: 999 }), async () => 'paid');
+    await expect(refusal).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
+    await expect(refusal).rejects.toThrow(
+      'This key of operation "payout" was already used with a different input. Use a new key for a new operation.',
     );
   });
 
