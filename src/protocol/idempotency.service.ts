@@ -1,5 +1,4 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { setTimeout as delay } from 'node:timers/promises';
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
 import { IDEMPOTENCY_STORE } from './idempotency.tokens.js';
 import {
@@ -35,6 +34,9 @@ import type {
   StoreTransaction,
 } from './idempotency-store.interface.js';
 import { type Instant, ReplayCache } from './replay-cache.js';
+import { ClaimFinalizer } from './claim-finalizer.js';
+import { LeaseRenewals } from './lease-renewals.js';
+import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision =
@@ -57,8 +59,8 @@ export interface IdempotentOperation {
 
 export interface ExecuteResult<T> {
   /**
-   * The work's result as stored, through JSON (a `Date` comes back a string, nothing comes back `null`): the same on the first run and on every
-   * replay.
+   * The work's result as stored, through JSON (a `Date` comes back a string, nothing comes back `null`): the same on
+   * the first run and on every replay.
    */
   result: JsonResult<T>;
   /** The work ran in an earlier call; this one returned its stored result. */
@@ -73,9 +75,6 @@ export interface AttemptOutcome {
   failed: boolean;
 }
 
-const FINALIZE_BACKOFF_MS = 250;
-
-/** An attempt between its claim and its finish, as shutdown sees it. */
 /** What a run was claimed for: its request's fingerprint, when its claim was sent, and how refusals name its key. */
 interface ClaimedRequest {
   fingerprint: string;
@@ -83,6 +82,7 @@ interface ClaimedRequest {
   terms: KeyTerms;
 }
 
+/** An attempt between its claim and its finish, as shutdown sees it. */
 interface RunningAttempt {
   policy: IdempotencyPolicy;
   /** Ended by shutdown before its handler was done: its claim is released, its outcome not stored. */
@@ -100,7 +100,8 @@ interface RunningAttempt {
 export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdown {
   private readonly logger = new Logger('Idempotency');
   private readonly purge: ReturnType<typeof resolvePurgeSettings>;
-  private readonly leases = new Map<IdempotencyRun, NodeJS.Timeout>();
+  private readonly leases: LeaseRenewals;
+  private readonly finalizer: ClaimFinalizer;
   private readonly replays: ReplayCache;
   /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
   private readonly claimsOf = new WeakMap<IdempotencyRun, ClaimedRequest>();
@@ -124,6 +125,12 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.purge = resolvePurgeSettings(options);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.shutdownTimeoutSeconds = resolveShutdownTimeout(options);
+    this.finalizer = new ClaimFinalizer(store, this.logger);
+    this.leases = new LeaseRenewals(
+      store,
+      this.logger,
+      (transaction, policy) => void this.cutTransaction(transaction, policy),
+    );
   }
 
   async onModuleInit(): Promise<void> {
@@ -182,7 +189,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     if (this.activeAttempts() > 0) {
       await withTimeout(finishing, { storeTimeoutSeconds: timeoutSeconds }, 'writing outcomes').catch(() => undefined);
     }
-    for (const timer of this.leases.values()) clearInterval(timer);
+    this.leases.stopAll();
     await this.store.close?.();
   }
 
@@ -202,14 +209,13 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private async abandon(run: IdempotencyRun, attempt: RunningAttempt): Promise<void> {
     const { policy } = attempt;
     attempt.abandoned = true;
-    clearInterval(this.leases.get(run));
-    this.leases.delete(run);
+    this.leases.stop(run);
     this.logger.warn(
-      `Shutting down: the handler of ${describe(run.scope)} did not finish within shutdownTimeoutSeconds ` +
+      `Shutting down: the handler of ${describeScope(run.scope)} did not finish within shutdownTimeoutSeconds ` +
         `(${this.shutdownTimeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
     );
     if (run.transaction) await this.cutTransaction(run.transaction, policy);
-    await this.finalize(run.claim, undefined, policy);
+    await this.finalizer.finalize(run.claim, undefined, policy);
     attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
   }
 
@@ -310,8 +316,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     outcome: AttemptOutcome,
     policy: IdempotencyPolicy,
   ): Promise<IdempotencyError | undefined> {
-    clearInterval(this.leases.get(run));
-    this.leases.delete(run);
+    this.leases.stop(run);
     const attempt = this.running.get(run);
     try {
       if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
@@ -334,8 +339,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const { transaction } = run;
     if (transaction && this.cutTransactions.has(transaction)) {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
-      const held = await this.finalize(run.claim, undefined, policy);
-      return held === false
+      const released = await this.finalizer.finalize(run.claim, undefined, policy);
+      return released === 'taken-over'
         ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
@@ -346,28 +351,28 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       const ended = await this.endTransaction(transaction, ending, policy).then(
         () => true,
         (error: unknown) => {
-          this.logger.error(`Ending the transaction of ${describe(run.scope)} failed: ${error}`);
+          this.logger.error(`Ending the transaction of ${describeScope(run.scope)} failed: ${error}`);
           return false;
         },
       );
       // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
       // database (a handler whose connection was lost under it fails with that connection's error).
       if ((failed && transaction.connectionLost) || (ending === 'commit' && !ended)) {
-        await this.finalize(run.claim, undefined, policy);
+        await this.finalizer.finalize(run.claim, undefined, policy);
         return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
     }
-    const held = await this.finalize(run.claim, storable, policy);
-    if (held && storable) this.rememberOutcome(run, storable, policy);
+    const finalized = await this.finalizer.finalize(run.claim, storable, policy);
+    if (finalized === 'held' && storable) this.rememberOutcome(run, storable, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
-    return held === false && storable && !failed
+    return finalized === 'taken-over' && storable && !failed
       ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
       : undefined;
   }
 
   private termsOf(run: IdempotencyRun): KeyTerms {
     const request = this.claimsOf.get(run);
-    if (!request) throw new Error(`The run of ${describe(run.scope)} was not started by this IdempotencyService`);
+    if (!request) throw new Error(`The run of ${describeScope(run.scope)} was not started by this IdempotencyService`);
     return request.terms;
   }
 
@@ -437,7 +442,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
     const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing);
     return withTimeout(claiming, policy, 'claim').catch((error: unknown) => {
-      this.logger.error(`Claiming ${describe(claim.scope)} failed; the request is refused with 503: ${error}`);
+      this.logger.error(`Claiming ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`);
       // A claim that lands after its request was refused would block the key for a lease: give it back.
       claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
@@ -454,7 +459,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       return await withTimeout(this.store.awaitOutcome(scope), policy, 'awaiting the outcome');
     } catch (error) {
       cancelWaiting();
-      this.logger.error(`Waiting for ${describe(scope)} failed; the request is refused with 503: ${error}`);
+      this.logger.error(`Waiting for ${describeScope(scope)} failed; the request is refused with 503: ${error}`);
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
   }
@@ -473,62 +478,14 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       } catch (error) {
         opening.then((late) => late.rollback()).catch(() => undefined);
         this.logger.error(
-          `Opening the transaction of ${describe(claim.scope)} failed; the request is refused with 503: ${error}`,
+          `Opening the transaction of ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`,
         );
-        await this.finalize(claim, undefined, policy);
+        await this.finalizer.finalize(claim, undefined, policy);
         throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
     }
-    this.keepLeaseAlive(run, policy);
+    this.leases.start(run, policy);
     return run;
-  }
-
-  /**
-   * Renews the lease every third of it while the handler runs, up to `maxHoldSeconds`: a slow but live
-   * handler keeps its claim, a hung one lets it go. A renewal that finds the claim gone stops renewing.
-   */
-  private keepLeaseAlive(run: IdempotencyRun, policy: IdempotencyPolicy): void {
-    const holdUntil = Date.now() + policy.maxHoldSeconds * 1000;
-    const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
-    const stop = () => {
-      clearInterval(this.leases.get(run));
-      this.leases.delete(run);
-    };
-    let renewing = false;
-    const timer = setInterval(
-      () => {
-        if (renewing) return; // a renewal still waiting for the database: do not pile more up behind it
-        if (Date.now() >= holdUntil) {
-          stop();
-          this.logger.warn(
-            `The handler of ${describe(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its lease ` +
-              'is no longer renewed, and a retry may take the key over once it lapses' +
-              (run.transaction
-                ? '; its transaction is cut (rolled back), so that its row locks do not block the retry.'
-                : '.'),
-          );
-          if (run.transaction) void this.cutTransaction(run.transaction, policy);
-          return;
-        }
-        renewing = true;
-        // Bounded, so that one renewal the database never answers does not stop the ones after it.
-        withTimeout(this.store.renew(run.claim, timing), policy, 'renewing the lease')
-          .finally(() => (renewing = false))
-          .then(
-            (held) => {
-              if (held || !this.leases.has(run)) return; // still held, or the attempt finished meanwhile
-              stop();
-              this.logger.warn(
-                `The claim on ${describe(run.scope)} was taken over while its handler ran; its outcome will not be stored.`,
-              );
-            },
-            (error: unknown) => this.logger.warn(`Renewing the lease of ${describe(run.scope)} failed: ${error}`),
-          );
-      },
-      (policy.leaseSeconds * 1000) / 3,
-    );
-    timer.unref();
-    this.leases.set(run, timer);
   }
 
   /** Stores the handler's writes and its outcome in one commit. */
@@ -543,7 +500,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       if (!held) {
         await this.endTransaction(transaction, 'rollback', policy);
         this.logger.warn(
-          `The claim on ${describe(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
+          `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
         );
         return new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run));
       }
@@ -553,11 +510,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     } catch (error) {
       await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
       this.logger.error(
-        `Committing the work and outcome of ${describe(run.scope)} failed; the client gets 503, and its retry ` +
+        `Committing the work and outcome of ${describeScope(run.scope)} failed; the client gets 503, and its retry ` +
           `gets the outcome if the commit went through after all, or runs again: ${error}`,
       );
       // If the commit did go through, the record is completed and this release finds nothing to do.
-      await this.finalize(run.claim, undefined, policy);
+      await this.finalizer.finalize(run.claim, undefined, policy);
       return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
   }
@@ -578,93 +535,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       },
     );
   }
-
-  /**
-   * Stores the outcome (or releases the claim when there is none to store). A failure does not hold the
-   * response: the finalize is retried in the background with a bounded exponential backoff. Resolves to
-   * whether the claim was still held, or `undefined` when that is not known yet (retrying in the background).
-   */
-  private async finalize(
-    claim: IdempotencyClaim,
-    response: StoredResponse | undefined,
-    policy: IdempotencyPolicy,
-  ): Promise<boolean | undefined> {
-    try {
-      return await this.finalizeOnce(claim, response, policy);
-    } catch (error) {
-      this.logger.warn(`Finalizing ${describe(claim.scope)} failed (${error}); retrying in the background.`);
-      void this.retryFinalize(claim, response, policy);
-      return undefined;
-    }
-  }
-
-  private async retryFinalize(
-    claim: IdempotencyClaim,
-    response: StoredResponse | undefined,
-    policy: IdempotencyPolicy,
-  ) {
-    let lastError: unknown;
-    for (let retry = 0; retry < policy.finalizeRetries; retry += 1) {
-      await delay(FINALIZE_BACKOFF_MS * 2 ** retry, undefined, { ref: false });
-      try {
-        await this.finalizeOnce(claim, response, policy);
-        this.logger.log(`Finalizing ${describe(claim.scope)} succeeded on retry ${retry + 1}.`);
-        return;
-      } catch (error) {
-        lastError = error;
-      }
-    }
-    this.logger.error(
-      `Gave up finalizing ${describe(claim.scope)} after ${policy.finalizeRetries} retries (${lastError}). The key stays ` +
-        `in progress: retries get 409 until its lease lapses, then the first one runs the handler again.`,
-    );
-  }
-
-  private async finalizeOnce(claim: IdempotencyClaim, response: StoredResponse | undefined, policy: IdempotencyPolicy) {
-    const what = response ? 'storing the outcome' : 'releasing the claim';
-    const held = await withTimeout(
-      response ? this.store.complete(claim, response, policy.ttlSeconds) : this.store.release(claim),
-      policy,
-      what,
-    );
-    if (!held) {
-      this.logger.warn(
-        `The claim on ${describe(claim.scope)} was taken over by another attempt; this attempt's outcome was not ${
-          response ? 'stored' : 'released'
-        }.`,
-      );
-    }
-    return held;
-  }
 }
 
 function parseResult<T>(response: StoredResponse): JsonResult<T> {
   return JSON.parse(response.body.toString('utf8')) as JsonResult<T>;
-}
-
-class StoreTimeoutError extends Error {}
-
-/** Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. */
-async function withTimeout<T>(
-  operation: Promise<T>,
-  policy: Pick<IdempotencyPolicy, 'storeTimeoutSeconds'>,
-  what: string,
-): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
-      policy.storeTimeoutSeconds * 1000,
-    );
-  });
-  try {
-    return await Promise.race([operation, timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-function describe(scope: IdempotencyScope): string {
-  return `key ${JSON.stringify(scope.key)} of ${scope.endpoint}`;
 }
