@@ -129,6 +129,35 @@ export default defineConfig(
     },
   },
   {
+    rules: {
+      // A leading underscore marks what is unused on purpose: a property a rest destructuring leaves out, a parameter
+      // a decorator or a signature needs.
+      '@typescript-eslint/no-unused-vars': [
+        'error',
+        { argsIgnorePattern: '^_', varsIgnorePattern: '^_', ignoreRestSiblings: true },
+      ],
+      // Log lines interpolate caught errors (`unknown`) on purpose, an Error printing as "Error: message";
+      // no-base-to-string still flags a value whose type would print "[object Object]".
+      '@typescript-eslint/restrict-template-expressions': 'off',
+    },
+  },
+  {
+    files: ['test/**', 'sample-app/**', 'bench/**'],
+    // Async functions without await stand in for promise-returning work (fakes, execute()'s work, waitFor()'s probes).
+    rules: { '@typescript-eslint/require-await': 'off' },
+  },
+  {
+    files: ['test/**'],
+    // supertest's `res.body` and JSON.parse() are `any`: the tests read them and check them with expect().
+    rules: {
+      '@typescript-eslint/no-unsafe-argument': 'off',
+      '@typescript-eslint/no-unsafe-assignment': 'off',
+      '@typescript-eslint/no-unsafe-call': 'off',
+      '@typescript-eslint/no-unsafe-member-access': 'off',
+      '@typescript-eslint/no-unsafe-return': 'off',
+    },
+  },
+  {
     // Not in a program of this package: examples/ has its own package (and node_modules only while
     // `npm run examples` runs), the .mjs/.js files are plain JavaScript.
     files: ['examples/**', '**/*.mjs', '**/*.js'],
