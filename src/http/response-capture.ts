@@ -41,10 +41,12 @@ export function captureResponse(
   options: CaptureOptions,
   onEnd: (sent: SentResponse) => Promise<StoredResponse | undefined>,
 ): ResponseCapture {
+  /* eslint-disable @typescript-eslint/unbound-method -- kept to be put back, and called with .call(res) */
   const originalWrite = res.write;
   const originalEnd = res.end;
   const originalWriteHead = res.writeHead;
   const originalFlushHeaders = res.flushHeaders;
+  /* eslint-enable @typescript-eslint/unbound-method */
   let streamed = false;
   let answered = false;
 

@@ -36,7 +36,7 @@ function check(value: unknown, path: string, ancestors: Set<object>): void {
 }
 
 function isPlainObject(value: object): boolean {
-  const prototype = Object.getPrototypeOf(value);
+  const prototype: unknown = Object.getPrototypeOf(value);
   return prototype === Object.prototype || prototype === null;
 }
 
