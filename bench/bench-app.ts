@@ -52,11 +52,11 @@ class BenchController {
 
   private async insert({ amount }: ChargeBody) {
     const manager = this.idempotency.manager ?? this.dataSource.manager;
-    const [charge] = await manager.query(
+    const [charge] = await manager.query<{ id: string; amount: number }[]>(
       'INSERT INTO bench_charges (id, amount) VALUES ($1, $2) RETURNING id, amount',
       [`ch_${randomUUID()}`, amount],
     );
-    return charge as { id: string; amount: number };
+    return charge;
   }
 }
 

@@ -113,6 +113,7 @@ function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {
     }, ms);
     const onAbort = () => {
       clearTimeout(timer);
+      // eslint-disable-next-line @typescript-eslint/prefer-promise-reject-errors -- the signal's reason, as fetch() rejects
       reject(signal?.reason);
     };
     signal?.addEventListener('abort', onAbort, { once: true });

@@ -19,8 +19,9 @@ export interface RouteResponseMetadata {
  */
 export function responseForValue(value: unknown, route: RouteResponseMetadata): StoredResponse | undefined {
   if (!isSerializableBody(value)) return undefined;
-  const status: number =
-    Reflect.getMetadata(HTTP_CODE_METADATA, route.handler) ?? (route.method === 'POST' ? 201 : 200);
+  const status =
+    (Reflect.getMetadata(HTTP_CODE_METADATA, route.handler) as number | undefined) ??
+    (route.method === 'POST' ? 201 : 200);
   const headers: Record<string, string> = {};
   for (const { name, value: header } of (Reflect.getMetadata(HEADERS_METADATA, route.handler) ?? []) as RouteHeader[]) {
     headers[name.toLowerCase()] = String(typeof header === 'function' ? header() : header);
@@ -29,7 +30,7 @@ export function responseForValue(value: unknown, route: RouteResponseMetadata): 
   if (value !== undefined && value !== null) {
     const json = typeof value === 'object';
     headers['content-type'] ??= json ? 'application/json; charset=utf-8' : 'text/html; charset=utf-8';
-    body = Buffer.from(json ? JSON.stringify(value) : String(value));
+    body = Buffer.from(json ? JSON.stringify(value) : String(value as string | number | boolean | bigint));
   }
   if (body.length > route.maxBodyBytes) return undefined;
   return { status, headers: pickHeaders(headers, route.storedHeaders), body };

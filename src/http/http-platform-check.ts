@@ -53,7 +53,7 @@ export class HttpPlatformCheck implements OnModuleInit {
       if (!register) continue;
       adapter[method] = (first: unknown, rawBody?: unknown, ...rest: unknown[]) => {
         this.parsersKeepRawBody = rawBody === true;
-        return register.call(adapter, first, rawBody, ...rest);
+        return register.call(adapter, first, rawBody, ...rest) as unknown;
       };
     }
   }

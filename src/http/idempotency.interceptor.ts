@@ -70,6 +70,7 @@ const REPLIES_TRACKED = Symbol('idempotency.repliesTracked');
 function trackNestReplies(adapter: AbstractHttpAdapter & { [REPLIES_TRACKED]?: true }): void {
   if (adapter[REPLIES_TRACKED]) return;
   adapter[REPLIES_TRACKED] = true;
+  // eslint-disable-next-line @typescript-eslint/unbound-method -- called with .call(this) by the wrapper below
   const reply = adapter.reply;
   adapter.reply = function replyTracked(this: AbstractHttpAdapter, response: object, ...rest: unknown[]) {
     nestReplying.add(response);
@@ -408,9 +409,9 @@ function responseHandlingOf(controller: Type, handler: object): { storable: bool
   ) {
     return { storable: false, passthrough };
   }
-  const args: Record<string, unknown> = Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {};
+  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {}) as Record<string, unknown>;
   const takesResponse = Object.keys(args).some((key) => {
-    const type = Number(key.split(':')[0]);
+    const type = Number(key.split(':')[0]) as RouteParamtypes;
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
   // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
@@ -418,7 +419,11 @@ function responseHandlingOf(controller: Type, handler: object): { storable: bool
 }
 
 function methodNameOf(controller: Type, handler: object): string | undefined {
-  for (let proto = controller.prototype; proto && proto !== Object.prototype; proto = Object.getPrototypeOf(proto)) {
+  for (
+    let proto = controller.prototype as object | null;
+    proto && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto) as object | null
+  ) {
     const name = Object.getOwnPropertyNames(proto).find(
       (key) => Object.getOwnPropertyDescriptor(proto, key)?.value === handler,
     );

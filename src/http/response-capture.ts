@@ -41,10 +41,12 @@ export function captureResponse(
   options: CaptureOptions,
   onEnd: (sent: SentResponse) => Promise<StoredResponse | undefined>,
 ): ResponseCapture {
+  /* eslint-disable @typescript-eslint/unbound-method -- kept to be put back, and called with .call(res) */
   const originalWrite = res.write;
   const originalEnd = res.end;
   const originalWriteHead = res.writeHead;
   const originalFlushHeaders = res.flushHeaders;
+  /* eslint-enable @typescript-eslint/unbound-method */
   let streamed = false;
   let answered = false;
 
@@ -76,7 +78,7 @@ export function captureResponse(
     res.statusCode = status;
     for (const [name, value] of headerEntries(headers)) res.setHeader(name, value);
     return res;
-  } as ServerResponse['writeHead'];
+  };
 
   res.write = function write(this: ServerResponse, ...args: unknown[]) {
     streamed = true;
@@ -153,7 +155,7 @@ export function sendSealed(res: ServerResponse, response: StoredResponse): void 
 function silenceWrites(res: ServerResponse): void {
   res.write = (() => false) as ServerResponse['write'];
   res.end = (() => res) as ServerResponse['end'];
-  res.writeHead = (() => res) as unknown as ServerResponse['writeHead'];
+  res.writeHead = () => res;
   const express = res as ServerResponse & { send?: unknown; json?: unknown };
   if (typeof express.send === 'function') express.send = () => res;
   if (typeof express.json === 'function') express.json = () => res;
@@ -165,9 +167,9 @@ function silenceWrites(res: ServerResponse): void {
  * client; Node would throw on it.
  */
 function sealHeaders(res: ServerResponse): void {
-  res.setHeader = (() => res) as ServerResponse['setHeader'];
-  res.appendHeader = (() => res) as ServerResponse['appendHeader'];
-  res.removeHeader = (() => undefined) as ServerResponse['removeHeader'];
+  res.setHeader = () => res;
+  res.appendHeader = () => res;
+  res.removeHeader = () => undefined;
 }
 
 /** `writeHead`'s headers: an object, or a flat or paired array of names and values. */

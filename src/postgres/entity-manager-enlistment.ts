@@ -24,6 +24,7 @@ export function enlistEntityManager(manager: EntityManager, currentRunner: () =>
     configurable: true,
     get: () => (makingRepository > 0 ? undefined : currentRunner()),
   });
+  /* eslint-disable @typescript-eslint/unbound-method -- the originals, which madeOutsideRuns calls with .call(manager) */
   Object.defineProperty(manager, 'getRepository', {
     configurable: true,
     writable: true,
@@ -34,4 +35,5 @@ export function enlistEntityManager(manager: EntityManager, currentRunner: () =>
     writable: true,
     value: madeOutsideRuns(manager.getTreeRepository),
   });
+  /* eslint-enable @typescript-eslint/unbound-method */
 }

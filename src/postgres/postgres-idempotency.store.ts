@@ -5,7 +5,6 @@ import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
   ClaimResult,
   ClaimTiming,
-  ExistingRecord,
   IdempotencyClaim,
   IdempotencyScope,
   IdempotencyStore,

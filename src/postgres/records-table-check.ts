@@ -31,19 +31,19 @@ const SCOPE_COLUMNS = ['account', 'endpoint', 'idempotency_key'];
  * answering every idempotent request 503 "retry" forever.
  */
 export async function checkRecordsTable(dataSource: DataSource, tableName: string): Promise<void> {
-  const [table] = (await dataSource.query(`SELECT to_regclass($1)::oid AS oid`, [quoteTableName(tableName)])) as {
-    oid: number | null;
-  }[];
+  const [table] = await dataSource.query<{ oid: number | null }[]>(`SELECT to_regclass($1)::oid AS oid`, [
+    quoteTableName(tableName),
+  ]);
   if (table.oid === null) {
     throw new IdempotencySetupError(
       `The idempotency table "${tableName}" does not exist in the database. ${howToCreate(tableName)}`,
     );
   }
-  const columns = (await dataSource.query(
+  const columns = await dataSource.query<{ name: string; type: string }[]>(
     `SELECT attname AS name, format_type(atttypid, NULL) AS type
      FROM pg_attribute WHERE attrelid = $1 AND attnum > 0 AND NOT attisdropped`,
     [table.oid],
-  )) as { name: string; type: string }[];
+  );
   const typeOf = new Map(columns.map(({ name, type }) => [name, type]));
   const missing = Object.keys(EXPECTED_COLUMNS).filter((name) => !typeOf.has(name));
   if (missing.length > 0) {
@@ -59,13 +59,13 @@ export async function checkRecordsTable(dataSource: DataSource, tableName: strin
       `The idempotency table "${tableName}" has columns of other types (${found}). ${howToCreate(tableName)}`,
     );
   }
-  const [key] = (await dataSource.query(
+  const [key] = await dataSource.query<{ n: number }[]>(
     `SELECT count(*)::int AS n FROM pg_index i
      WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid AND i.indimmediate AND i.indpred IS NULL AND i.indnkeyatts = $2
        AND (SELECT array_agg(attname::text ORDER BY attname) FROM pg_attribute
             WHERE attrelid = i.indrelid AND attnum = ANY (i.indkey::int2[])) = $3::text[]`,
     [table.oid, SCOPE_COLUMNS.length, [...SCOPE_COLUMNS].sort()],
-  )) as { n: number }[];
+  );
   if (key.n === 0) {
     throw new IdempotencySetupError(
       `The idempotency table "${tableName}" has no primary key (or unique index) on (${SCOPE_COLUMNS.join(', ')}), ` +

@@ -7,5 +7,6 @@ export function describedValue(value: unknown): string {
   if (typeof value === 'string') return `the string ${JSON.stringify(value)}`;
   if (typeof value === 'function') return 'a function';
   if (typeof value === 'object') return Array.isArray(value) ? 'an array' : 'an object';
+  // eslint-disable-next-line @typescript-eslint/no-base-to-string -- a number, boolean, bigint or symbol by now
   return `the ${typeof value} ${String(value)}`;
 }

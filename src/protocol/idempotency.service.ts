@@ -274,7 +274,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         return { action: 'replay', response: existing.response };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
-      if (await this.awaitOutcome(scope, policy, waiting.cancel)) await waiting.changed;
+      if (await this.awaitOutcome(scope, policy, () => waiting.cancel())) await waiting.changed;
       else waiting.cancel(); // completed, released or lapsed meanwhile: claim again at once
     }
   }

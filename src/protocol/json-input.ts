@@ -26,7 +26,7 @@ function check(value: unknown, path: string, ancestors: Set<object>): void {
     if (Object.getOwnPropertySymbols(value).length > 0) refuse(path, 'has symbol keys, which JSON drops');
     for (const [key, nested] of Object.entries(value)) check(nested, `${path}${propertyPath(key)}`, ancestors);
   } else {
-    const name = (value as object).constructor?.name ?? 'an object without a plain prototype';
+    const name = value.constructor?.name ?? 'an object without a plain prototype';
     refuse(
       path,
       `is a ${name}, not a plain object or array: convert it first (a Date to its ISO string, a Map to an object, a Set to an array)`,
@@ -36,7 +36,7 @@ function check(value: unknown, path: string, ancestors: Set<object>): void {
 }
 
 function isPlainObject(value: object): boolean {
-  const prototype = Object.getPrototypeOf(value);
+  const prototype: unknown = Object.getPrototypeOf(value);
   return prototype === Object.prototype || prototype === null;
 }
 

@@ -357,12 +357,12 @@ describe("a timeout interceptor inside the module's (the handler runs on after i
       expect(held).toMatchObject({ status: 'in_progress' });
       await post(`/work/${mode}`, key).expect(409);
       await waitFor(
-        async () => ((await recordOf(key))!.locked_until! > held!.locked_until! ? true : undefined),
+        async () => ((await recordOf(key)).locked_until! > held.locked_until! ? true : undefined),
         'the lease to be renewed',
       );
       await waitFor(
         async () =>
-          (await db.query<{ late: boolean }>('SELECT now() > $1::timestamptz AS late', [held!.locked_until]))[0].late
+          (await db.query<{ late: boolean }>('SELECT now() > $1::timestamptz AS late', [held.locked_until]))[0].late
             ? true
             : undefined,
         'the first lease to have lapsed',

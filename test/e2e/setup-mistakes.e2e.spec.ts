@@ -190,6 +190,7 @@ describe('an application without idempotent routes', () => {
 
 describe('option values', () => {
   /** As a configuration service reads them from the environment: strings. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- strings where numbers are expected, as an untyped config hands them over
   const environment: Record<string, any> = { TTL: '3600', BATCH: '1000', RETRIES: '5' };
 
   it.each([

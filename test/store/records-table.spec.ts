@@ -5,7 +5,6 @@ import { DataSource, type MigrationInterface } from 'typeorm';
 import {
   IDEMPOTENCY_STORE,
   IdempotencyMigrations,
-  idempotencyMigrations,
   IdempotencyModule,
   IdempotencyRecord,
   PostgresIdempotencyStore,

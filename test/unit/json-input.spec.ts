@@ -35,6 +35,7 @@ describe('assertFaithfulJson', () => {
       'input.items[1] is undefined',
       /JSON cannot represent/,
     ],
+    // eslint-disable-next-line no-sparse-arrays -- the hole is the input under test
     ['a hole in a sparse array', { items: [1, , 3] }, 'input.items[1] is a hole', /sparse array/],
     ['a function', { run: () => 1 }, 'input.run is a function', /JSON cannot represent/],
     ['a symbol', { kind: Symbol('k') }, 'input.kind is a symbol', /JSON cannot represent/],

@@ -1,11 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
-import {
-  type IdempotencyStore,
-  IdempotencyRun,
-  IdempotencyService,
-  type StoreTransaction,
-} from '../../src/index.js';
+import { type IdempotencyStore, IdempotencyRun, IdempotencyService, type StoreTransaction } from '../../src/index.js';
 import { resolvePolicy } from '../../src/protocol/idempotency-policy.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 

@@ -1,0 +1,80 @@
+// Proves that eslint.config.js still keeps the rooms of src/ (README, "Layout"): lints imports that break the table,
+// and some the table allows, as if they were written in files of each room, and fails unless exactly the first are
+// refused. Part of `npm run lint`; no type information is needed, so it takes a second.
+import { ESLint } from 'eslint';
+
+const RULE = 'rooms/imports';
+// [file, import, the message expected, or null where the import is allowed]
+const CASES = [
+  ['src/protocol/x.ts', '../http/idempotency-http.js', 'src/protocol must not import the HTTP edge (src/http)'],
+  ['src/protocol/x.ts', '../postgres/postgres.tokens.js', 'src/protocol must not import the PostgreSQL store'],
+  ['src/protocol/x.ts', '../client/index.js', 'src/protocol must not import the client (src/client)'],
+  ['src/protocol/x.ts', '../idempotency.module.js', "src/protocol must not import the module's wiring"],
+  ['src/protocol/x.ts', 'express', 'src/protocol must not import an HTTP platform'],
+  ['src/protocol/x.ts', 'fastify', 'src/protocol must not import an HTTP platform'],
+  ['src/protocol/x.ts', '@nestjs/platform-express', 'src/protocol must not import an HTTP platform'],
+  ['src/protocol/x.ts', 'typeorm', 'src/protocol must not import the database (ORM or driver)'],
+  ['src/protocol/x.ts', '@nestjs/typeorm', 'src/protocol must not import the database (ORM or driver)'],
+  ['src/protocol/x.ts', 'pg', 'src/protocol must not import the database (ORM or driver)'],
+  ['src/protocol/x.ts', '../shared/canonical-json.js', null],
+  ['src/protocol/x.ts', '@nestjs/common', null],
+  ['src/http/x.ts', '../postgres/postgres.tokens.js', 'src/http must not import the PostgreSQL store'],
+  ['src/http/x.ts', 'typeorm', 'src/http must not import the database (ORM or driver)'],
+  ['src/http/x.ts', 'pg', 'src/http must not import the database (ORM or driver)'],
+  ['src/http/x.ts', '../protocol/idempotency.service.js', null],
+  ['src/http/x.ts', 'express', null],
+  ['src/postgres/x.ts', '../http/http.constants.js', 'src/postgres must not import the HTTP edge (src/http)'],
+  ['src/postgres/migrations/x.ts', '../../http/x.js', 'src/postgres must not import the HTTP edge (src/http)'],
+  ['src/postgres/x.ts', 'express', 'src/postgres must not import an HTTP platform'],
+  ['src/postgres/x.ts', 'fastify', 'src/postgres must not import an HTTP platform'],
+  ['src/postgres/migrations/x.ts', '../../protocol/idempotency-policy.js', null],
+  ['src/postgres/x.ts', 'typeorm', null],
+  ['src/client/x.ts', '../protocol/idempotency.errors.js', 'src/client must not import the protocol'],
+  ['src/client/x.ts', 'node:crypto', 'src/client must not import a Node module'],
+  ['src/client/x.ts', 'crypto', 'src/client must not import a Node module'],
+  ['src/client/x.ts', '@nestjs/common', 'src/client must not import Nest'],
+  ['src/client/x.ts', 'rxjs', 'src/client must not import rxjs'],
+  ['src/client/x.ts', '../shared/canonical-json.js', null],
+  ['src/shared/x.ts', '../client/index.js', 'src/shared must not import the client'],
+  ['src/shared/x.ts', '../protocol/idempotency.errors.js', 'src/shared must not import the protocol'],
+  ['src/idempotency.module.ts', './postgres/postgres.tokens.js', null],
+  ['src/idempotency.module.ts', './http/idempotency-http.js', null],
+  ['test/unit/x.spec.ts', '../../src/http/idempotency-http.js', null],
+];
+// Every way a module is named: import, type import, re-export, dynamic import, import type.
+const FORMS = [
+  (from) => `import { a } from '${from}';\nexport const b = a;`,
+  (from) => `import type { A } from '${from}';\nexport type B = A;`,
+  (from) => `export * from '${from}';`,
+  (from) => `export const load = () => import('${from}');`,
+  (from) => `export type C = import('${from}').C;`,
+];
+
+const eslint = new ESLint({
+  overrideConfig: { languageOptions: { parserOptions: { projectService: false } } },
+  ruleFilter: ({ ruleId }) => ruleId === RULE,
+});
+const failures = [];
+for (const [file, from, expected] of CASES) {
+  for (const form of FORMS) {
+    const code = form(from);
+    const [result] = await eslint.lintText(code, { filePath: file });
+    const messages = result.messages.map(({ ruleId, message }) => `${ruleId}: ${message}`);
+    const ok =
+      expected === null
+        ? messages.length === 0
+        : messages.length === 1 && messages[0].startsWith(`${RULE}: ${expected}`) && messages[0].endsWith(`'${from}'`);
+    if (!ok) {
+      failures.push(
+        `${file}: ${JSON.stringify(code)}: expected ${expected ?? 'no message'}, got ${messages.join('; ')}`,
+      );
+    }
+  }
+}
+if (failures.length > 0) {
+  console.error(`${RULE} does not keep the rooms of src/:\n${failures.join('\n')}`);
+  process.exit(1);
+}
+console.log(
+  `${RULE}: ${CASES.length * FORMS.length} imports checked, each refused or allowed as README's "Layout" says`,
+);
