@@ -44,7 +44,7 @@ describe('the payout job, under IdempotencyService.execute', () => {
         async () =>
           (
             await db.query(
-              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE "payout_jobs"%'`,
+              `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE "payout_jobs"%'`,
             )
           )[0],
         'the worker to wait to mark the job paid',

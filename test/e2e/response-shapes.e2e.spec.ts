@@ -463,7 +463,7 @@ describe('a store that does not answer in time (storeTimeoutSeconds)', () => {
     const lateClaimSettled = async () => {
       // Until the claim's statement has returned, its insert may be waiting or committing (not yet visible).
       const waiting = await db.query(
-        `SELECT 1 FROM pg_stat_activity WHERE state = 'active' AND query LIKE '%claimed AS (%' AND pid <> pg_backend_pid()`,
+        `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND state = 'active' AND query LIKE '%claimed AS (%' AND pid <> pg_backend_pid()`,
       );
       return waiting.length === 0 && (await recordCount(key)) === 0 ? true : undefined;
     };

@@ -50,7 +50,7 @@ async function chargeThenTerminate(env: Record<string, string>) {
     async () =>
       (
         await db.query(
-          `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`,
+          `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`,
         )
       )[0],
     'the charge to wait inside its handler',

@@ -299,7 +299,7 @@ describe('claim racing a takeover', () => {
         async () =>
           (
             await db.query(
-              `SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`,
+              `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`,
             )
           )[0],
         'the retry to wait for the takeover',
