@@ -124,9 +124,10 @@ afterAll(async () => {
 
 const waitingOn = (queryStart: string) => async () =>
   (
-    await db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`, [
-      `${queryStart}%`,
-    ])
+    await db.query(
+      `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
+      [`${queryStart}%`],
+    )
   )[0];
 
 async function heldFor(account: string, key: string): Promise<Held> {
