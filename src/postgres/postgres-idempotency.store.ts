@@ -242,8 +242,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
     const config = { ...statement, values };
     if (transaction) {
-      const client = (transaction.manager.queryRunner as QueryRunner & { databaseConnection: PoolClient })
-        .databaseConnection;
+      const runner = transaction.manager?.queryRunner;
+      if (!runner) throw new Error('PostgresIdempotencyStore was given a transaction of another store');
+      const client = (runner as QueryRunner & { databaseConnection: PoolClient }).databaseConnection;
       return (await client.query(config)).rows as Row[];
     }
     const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [

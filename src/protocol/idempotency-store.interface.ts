@@ -44,7 +44,8 @@ export interface IdempotencyClaim {
 
 /** A database transaction of the store's, in which a handler's own writes and its outcome commit together. */
 export interface StoreTransaction {
-  readonly manager: EntityManager;
+  /** Its TypeORM entity manager (the PostgreSQL store's); a store whose transactions have none leaves it undefined. */
+  readonly manager?: EntityManager;
   commit(): Promise<void>;
   rollback(): Promise<void>;
   /** Whether the transaction's connection was lost (nothing of it can commit any more). */

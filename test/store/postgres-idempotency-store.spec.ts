@@ -335,7 +335,7 @@ describe('transactions', () => {
       const attempt = randomUUID();
       await store.claim(scope, 'fp', attempt, timing);
       const transaction = await store.beginTransaction();
-      await transaction.manager.query('INSERT INTO work_done (key) VALUES ($1)', [scope.key]);
+      await transaction.manager!.query('INSERT INTO work_done (key) VALUES ($1)', [scope.key]);
       await expect(store.complete({ scope, attempt }, response, 3600, transaction)).resolves.toBe(true);
       await expect(recordOf(scope)).resolves.toMatchObject({ status: 'in_progress' });
       await transaction[ending]();
@@ -355,8 +355,8 @@ describe('abandon', () => {
   it("cuts the transaction's connection: its session ends and what it wrote is rolled back", async () => {
     await db.query('CREATE TABLE IF NOT EXISTS abandoned_work (key text PRIMARY KEY)');
     const transaction = await store.beginTransaction();
-    const [{ pid }] = await transaction.manager.query('SELECT pg_backend_pid() AS pid');
-    await transaction.manager.query(`INSERT INTO abandoned_work (key) VALUES ('lost')`);
+    const [{ pid }] = await transaction.manager!.query('SELECT pg_backend_pid() AS pid');
+    await transaction.manager!.query(`INSERT INTO abandoned_work (key) VALUES ('lost')`);
     transaction.abandon();
     await waitFor(
       async () =>
