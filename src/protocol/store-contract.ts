@@ -324,6 +324,26 @@ export function describeIdempotencyStoreContract(
         assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
       });
 
+      for (const ending of ['commit', 'rollback'] as const) {
+        it(`makes a takeover racing a completion in a transaction wait for its ${ending}`, async (subject) => {
+          const { store } = subject;
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', SHORT_LEASE);
+          const transaction = await store.beginTransaction(5_000);
+          try {
+            assert.equal(await store.complete(claim, response, 60, transaction), true);
+            await elapse(subject, SHORT_LEASE.leaseSeconds);
+            // The lease lapsed, but the record is being completed: the taker must not win it from under the commit.
+            const taking = store.claim(scope, 'fp', randomUUID(), LONG);
+            await transaction[ending]();
+            if (ending === 'commit') completedWith(await taking, 'fp', response);
+            else assert.deepEqual(await taking, { claimed: true, takeover: true });
+          } finally {
+            await transaction.rollback();
+          }
+        });
+      }
+
       it('fences a completion in a transaction as any other', async ({ store }) => {
         const scope = newScope();
         await claimed(store, scope, 'fp', LONG);
