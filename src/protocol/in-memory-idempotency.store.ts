@@ -32,7 +32,7 @@ interface MemoryRecord {
   awaited: boolean;
 }
 
-/** A record changed by a transaction: the change becomes visible on commit. `undefined` when unchanged. */
+/** The lock a transaction holds on a record it changed, until it commits (the change shows) or rolls back. */
 interface RowLock {
   owner: InMemoryStoreTransaction;
   /** Resolves once the owner commits or rolls back. */
