@@ -50,6 +50,10 @@ export type {
   StoreTransaction,
 } from './protocol/idempotency-store.interface.js';
 export { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
+export {
+  InMemoryIdempotencyStore,
+  type InMemoryIdempotencyStoreOptions,
+} from './protocol/in-memory-idempotency.store.js';
 export type { PostgresStoreTransaction } from './postgres/postgres-store-transaction.js';
 export { IdempotencyRecord } from './postgres/idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './postgres/migrations/idempotency-migrations.js';

@@ -154,7 +154,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
     const config = { ...statement, values };
     if (transaction) {
-      const client = (transaction as PostgresStoreTransaction).connection as PoolClient;
+      if (!(transaction instanceof PostgresStoreTransaction)) {
+        throw new Error('PostgresIdempotencyStore was given a transaction of another store');
+      }
+      const client = transaction.connection as PoolClient;
       return (await client.query(config)).rows as Row[];
     }
     const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [

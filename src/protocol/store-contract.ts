@@ -1,0 +1,536 @@
+import assert from 'node:assert/strict';
+import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
+import type {
+  ClaimResult,
+  ClaimTiming,
+  IdempotencyClaim,
+  IdempotencyScope,
+  IdempotencyStore,
+  StoredResponse,
+} from './idempotency-store.interface.js';
+
+/** A store for one case of the contract, made fresh by the factory given to `describeIdempotencyStoreContract`. */
+export interface StoreUnderTest {
+  store: IdempotencyStore;
+  /**
+   * Moves the store's clock forward (a store on a fake clock, as `InMemoryIdempotencyStore` with `now`). Without it,
+   * the cases that need time to pass use leases and TTLs of a few tenths of a second and wait for them in real time.
+   */
+  advanceTime?(seconds: number): void | Promise<void>;
+  /** Called after the case, pass or fail: close the store, give its connections back. Default: `store.close?.()`. */
+  cleanup?(): void | Promise<void>;
+}
+
+/**
+ * The two functions of a test runner the kit defines its cases with. Jest, Vitest (with `globals: true`), Mocha and
+ * Jasmine have them as globals, which is the default; with `node:test`, pass `{ describe, it }` from it.
+ */
+export interface ContractTestRunner {
+  describe: (name: string, body: () => void) => unknown;
+  it: (name: string, body: () => Promise<void>, timeoutMs?: number) => unknown;
+}
+
+export interface StoreContractOptions {
+  /** Default: the global `describe` and `it`. */
+  runner?: ContractTestRunner;
+  /** Passed to `it` as its timeout (Jest's and Vitest's third argument). Default: none (the runner's own). */
+  timeoutMs?: number;
+}
+
+const LONG: ClaimTiming = { leaseSeconds: 60, ttlSeconds: 3600 };
+/** A lease that lapses while a real-time case waits. */
+const SHORT_LEASE: ClaimTiming = { leaseSeconds: 0.2, ttlSeconds: 3600 };
+/** How long "waiting for a lease or TTL to run out" waits in real time, past the lease or TTL itself. */
+const MARGIN_SECONDS = 0.05;
+/** How long a case waits at most for a waiter to be woken. */
+const WAKE_BOUND_MS = 5_000;
+
+const response: StoredResponse = {
+  status: 201,
+  headers: { 'content-type': 'application/json; charset=utf-8', 'set-cookie': ['a=1', 'b=2'], location: '/v1/x/1' },
+  body: Buffer.from([0x7b, 0x00, 0xff, 0x7d]),
+};
+
+/**
+ * Defines the cases every `IdempotencyStore` must pass, with the test runner's `describe` and `it`: the claim and its
+ * four answers, fencing by attempt, leases, takeovers, expiry, the TTL counted from completion, transactions, waking
+ * the waiters of an outcome, purges in batches, concurrent claims. `PostgresIdempotencyStore` and
+ * `InMemoryIdempotencyStore` pass it; a store of your own should too:
+ *
+ * ```ts
+ * import { describeIdempotencyStoreContract } from 'nest-idempotency/testing';
+ *
+ * describeIdempotencyStoreContract('RedisIdempotencyStore', async () => {
+ *   const store = new RedisIdempotencyStore(redis);
+ *   return { store, cleanup: () => store.close() };
+ * });
+ * ```
+ *
+ * `makeStore` runs once per case. Stores made by one factory may share their storage: every case uses scopes of its
+ * own (the purge case counts only its own records). Assertions are `node:assert`'s, so any runner reports them.
+ */
+export function describeIdempotencyStoreContract(
+  name: string,
+  makeStore: () => Promise<StoreUnderTest>,
+  options: StoreContractOptions = {},
+): void {
+  const runner = options.runner ?? globalRunner();
+  const { describe } = runner;
+  const it = (title: string, body: (subject: StoreUnderTest) => Promise<void>) =>
+    runner.it(
+      title,
+      async () => {
+        const subject = await makeStore();
+        try {
+          await body(subject);
+        } finally {
+          await (subject.cleanup ? subject.cleanup() : subject.store.close?.());
+        }
+      },
+      ...(options.timeoutMs === undefined ? [] : [options.timeoutMs]),
+    );
+
+  describe(`${name} (idempotency store contract)`, () => {
+    describe('claim', () => {
+      it('claims a new scope', async ({ store }) => {
+        assert.deepEqual(await store.claim(newScope(), 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
+      });
+
+      it('answers a claim of a scope still in progress with the in-progress record and its fingerprint', async ({
+        store,
+      }) => {
+        const scope = newScope();
+        await claimed(store, scope, 'fp', LONG);
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+      });
+
+      it('answers a different request with the fingerprint of the one holding the scope', async ({ store }) => {
+        const scope = newScope();
+        await claimed(store, scope, 'fp', LONG);
+        assert.deepEqual(await store.claim(scope, 'another request', randomUUID(), LONG), inProgress('fp'));
+      });
+
+      it('keeps accounts, endpoints and keys apart: the same key in another scope is a new claim', async ({
+        store,
+      }) => {
+        const scope = newScope();
+        await claimed(store, scope, 'fp', LONG);
+        for (const other of [
+          { ...scope, account: `${scope.account}-other` },
+          { ...scope, endpoint: `${scope.endpoint}/other` },
+          { ...scope, key: `${scope.key}-other` },
+        ]) {
+          assert.deepEqual(await store.claim(other, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
+        }
+      });
+
+      it('lets exactly one of many concurrent claims of one scope win', async ({ store }) => {
+        const scope = newScope();
+        const results = await Promise.all(
+          Array.from({ length: 16 }, () => store.claim(scope, 'fp', randomUUID(), LONG)),
+        );
+        assert.deepEqual(
+          results.filter((result) => result.claimed),
+          [{ claimed: true, takeover: false }],
+        );
+        for (const result of results.filter((result) => !result.claimed)) assert.deepEqual(result, inProgress('fp'));
+      });
+    });
+
+    describe('complete', () => {
+      it('answers later claims with the completed record, byte for byte, and the time it has left', async ({
+        store,
+      }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        assert.equal(await store.complete(claim, response, 60), true);
+        for (const fingerprint of ['fp', 'another request']) {
+          const expiresIn = completedWith(await store.claim(scope, fingerprint, randomUUID(), LONG), 'fp', response);
+          assert.ok(expiresIn > 50 && expiresIn <= 60, `expiresInSeconds ${expiresIn} is not within (50, 60]`);
+        }
+      });
+
+      it('stores a copy of the response: changing it afterwards changes nothing stored', async ({ store }) => {
+        const scope = newScope();
+        const mine = { ...response, headers: { ...response.headers }, body: Buffer.from(response.body) };
+        await store.complete(await claimed(store, scope, 'fp', LONG), mine, 60);
+        mine.body.fill(0);
+        mine.headers.location = '/elsewhere';
+        const first = await store.claim(scope, 'fp', randomUUID(), LONG);
+        completedWith(first, 'fp', response);
+        if (first.claimed === false && first.existing.status === 'completed') first.existing.response.body.fill(0);
+        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+      });
+
+      it('counts the TTL from the completion, not from the claim', async (subject) => {
+        const scope = newScope();
+        const claim = await claimed(subject.store, scope, 'fp', LONG);
+        await elapse(subject, 0.6);
+        assert.equal(await subject.store.complete(claim, response, 1.2), true);
+        const expiresIn = completedWith(await subject.store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+        assert.ok(expiresIn > 0.9 && expiresIn <= 1.2, `expiresInSeconds ${expiresIn} is not within (0.9, 1.2]`);
+      });
+
+      it('lets any request claim the scope anew once the completed record has expired (not a takeover)', async (subject) => {
+        const scope = newScope();
+        await subject.store.complete(await claimed(subject.store, scope, 'fp', LONG), response, 0.2);
+        await elapse(subject, 0.2);
+        assert.deepEqual(await subject.store.claim(scope, 'another request', randomUUID(), LONG), {
+          claimed: true,
+          takeover: false,
+        });
+      });
+    });
+
+    describe('fencing by attempt', () => {
+      it('lets only the holder renew, complete or release its claim', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const stranger = { scope, attempt: randomUUID() };
+        assert.equal(await store.renew(stranger, LONG), false);
+        assert.equal(await store.complete(stranger, response, 60), false);
+        assert.equal(await store.release(stranger), false);
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+        assert.equal(await store.renew(claim, LONG), true);
+        assert.equal(await store.complete(claim, response, 60), true);
+      });
+
+      it('refuses to renew, complete again or release a completed claim', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        await store.complete(claim, response, 60);
+        assert.equal(await store.renew(claim, LONG), false);
+        assert.equal(await store.complete(claim, { ...response, status: 500 }, 60), false);
+        assert.equal(await store.release(claim), false);
+        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+      });
+
+      it('refuses to renew, complete or release a released claim', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        assert.equal(await store.release(claim), true);
+        assert.equal(await store.renew(claim, LONG), false);
+        assert.equal(await store.complete(claim, response, 60), false);
+        assert.equal(await store.release(claim), false);
+      });
+    });
+
+    describe('release', () => {
+      it('deletes the record: the next claim wins, for any request, and is no takeover', async ({ store }) => {
+        const scope = newScope();
+        assert.equal(await store.release(await claimed(store, scope, 'fp', LONG)), true);
+        assert.deepEqual(await store.claim(scope, 'another request', randomUUID(), LONG), {
+          claimed: true,
+          takeover: false,
+        });
+      });
+    });
+
+    describe('leases and takeovers', () => {
+      it('extends the lease on renewal', async (subject) => {
+        const scope = newScope();
+        const claim = await claimed(subject.store, scope, 'fp', SHORT_LEASE);
+        assert.equal(await subject.store.renew(claim, LONG), true);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        assert.deepEqual(await subject.store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+      });
+
+      it('lets the same request take over a lapsed lease, and fences the attempt that lost it', async (subject) => {
+        const { store } = subject;
+        const scope = newScope();
+        const lost = await claimed(store, scope, 'fp', SHORT_LEASE);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        const taker = { scope, attempt: randomUUID() };
+        assert.deepEqual(await store.claim(scope, 'fp', taker.attempt, LONG), { claimed: true, takeover: true });
+        assert.equal(await store.renew(lost, LONG), false);
+        assert.equal(await store.complete(lost, response, 60), false);
+        assert.equal(await store.release(lost), false);
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+        assert.equal(await store.complete(taker, response, 60), true);
+      });
+
+      it('lets a holder whose lease lapsed still renew it while nobody took it over', async (subject) => {
+        const scope = newScope();
+        const claim = await claimed(subject.store, scope, 'fp', SHORT_LEASE);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        assert.equal(await subject.store.renew(claim, LONG), true);
+        assert.deepEqual(await subject.store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+      });
+
+      it('does not let a different request take over a lapsed lease', async (subject) => {
+        const scope = newScope();
+        await claimed(subject.store, scope, 'fp', SHORT_LEASE);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        assert.deepEqual(await subject.store.claim(scope, 'another request', randomUUID(), LONG), inProgress('fp'));
+      });
+
+      it('lets exactly one of many concurrent takers win a lapsed lease', async (subject) => {
+        const scope = newScope();
+        await claimed(subject.store, scope, 'fp', SHORT_LEASE);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        const results = await Promise.all(
+          Array.from({ length: 8 }, () => subject.store.claim(scope, 'fp', randomUUID(), LONG)),
+        );
+        assert.deepEqual(
+          results.filter((result) => result.claimed),
+          [{ claimed: true, takeover: true }],
+        );
+        for (const result of results.filter((result) => !result.claimed)) assert.deepEqual(result, inProgress('fp'));
+      });
+
+      it('lets any request claim an in-progress record past its TTL, as a takeover', async (subject) => {
+        const scope = newScope();
+        await claimed(subject.store, scope, 'fp', { leaseSeconds: 0.1, ttlSeconds: 0.1 });
+        await elapse(subject, 0.2);
+        assert.deepEqual(await subject.store.claim(scope, 'another request', randomUUID(), LONG), {
+          claimed: true,
+          takeover: true,
+        });
+      });
+    });
+
+    describe('transactions', () => {
+      it('stores an outcome completed in a transaction when it commits, not before', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const transaction = await store.beginTransaction(5_000);
+        assert.equal(transaction.connectionLost, false);
+        assert.equal(await store.complete(claim, response, 60, transaction), true);
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+        await transaction.commit();
+        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+      });
+
+      it('discards it when the transaction rolls back: the claim is still held by its attempt', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const transaction = await store.beginTransaction(5_000);
+        assert.equal(await store.complete(claim, response, 60, transaction), true);
+        await transaction.rollback();
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+        assert.equal(await store.complete(claim, response, 60), true);
+        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+      });
+
+      it('discards it when the transaction is abandoned', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const transaction = await store.beginTransaction(5_000);
+        assert.equal(await store.complete(claim, response, 60, transaction), true);
+        transaction.abandon();
+        await transaction.rollback().catch(() => undefined); // gives back what the transaction held
+        assert.equal(await store.release(claim), true);
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
+      });
+
+      for (const ending of ['commit', 'rollback'] as const) {
+        it(`makes a takeover racing a completion in a transaction wait for its ${ending}`, async (subject) => {
+          const { store } = subject;
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', SHORT_LEASE);
+          const transaction = await store.beginTransaction(5_000);
+          try {
+            assert.equal(await store.complete(claim, response, 60, transaction), true);
+            await elapse(subject, SHORT_LEASE.leaseSeconds);
+            // The lease lapsed, but the record is being completed: the taker must not win it from under the commit.
+            const taking = store.claim(scope, 'fp', randomUUID(), LONG);
+            await transaction[ending]();
+            if (ending === 'commit') completedWith(await taking, 'fp', response);
+            else assert.deepEqual(await taking, { claimed: true, takeover: true });
+          } finally {
+            await transaction.rollback();
+          }
+        });
+      }
+
+      it('fences a completion in a transaction as any other', async ({ store }) => {
+        const scope = newScope();
+        await claimed(store, scope, 'fp', LONG);
+        const transaction = await store.beginTransaction(5_000);
+        try {
+          assert.equal(await store.complete({ scope, attempt: randomUUID() }, response, 60, transaction), false);
+        } finally {
+          await transaction.rollback();
+        }
+      });
+    });
+
+    describe('waiting for an outcome', () => {
+      for (const end of ['completed', 'released'] as const) {
+        it(`wakes the waiters of an awaited scope when its claim is ${end}, and not those of others`, async ({
+          store,
+        }) => {
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', LONG);
+          const waiting = store.waitForChange(scope, 30_000);
+          const other = store.waitForChange(newScope(), 30_000);
+          try {
+            await waiting.listening;
+            assert.equal(await store.awaitOutcome(scope), true);
+            assert.equal(
+              await (end === 'completed' ? store.complete(claim, response, 60) : store.release(claim)),
+              true,
+            );
+            await woken(waiting.changed, `the waiter of a ${end} claim`);
+            assert.equal(await settledWithin(other.changed, 100), false, 'the waiter of another scope was woken');
+          } finally {
+            waiting.cancel();
+            other.cancel();
+          }
+        });
+      }
+
+      it('wakes the waiters of an outcome completed in a transaction when it commits', async ({ store }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const waiting = store.waitForChange(scope, 30_000);
+        try {
+          await waiting.listening;
+          assert.equal(await store.awaitOutcome(scope), true);
+          const transaction = await store.beginTransaction(5_000);
+          assert.equal(await store.complete(claim, response, 60, transaction), true);
+          assert.equal(await settledWithin(waiting.changed, 100), false, 'woken before the commit');
+          await transaction.commit();
+          await woken(waiting.changed, 'the waiter of a committed outcome');
+        } finally {
+          waiting.cancel();
+        }
+      });
+
+      it('keeps a scope awaited across a takeover: the outcome of the attempt that took it over wakes the waiters', async (subject) => {
+        const { store } = subject;
+        const scope = newScope();
+        const waiting = store.waitForChange(scope, 30_000);
+        try {
+          await waiting.listening; // first: the lease is short
+          await claimed(store, scope, 'fp', { leaseSeconds: 0.3, ttlSeconds: 3600 });
+          assert.equal(await store.awaitOutcome(scope), true);
+          await elapse(subject, 0.3);
+          const taker = { scope, attempt: randomUUID() };
+          assert.deepEqual(await store.claim(scope, 'fp', taker.attempt, LONG), { claimed: true, takeover: true });
+          assert.equal(await store.complete(taker, response, 60), true);
+          await woken(waiting.changed, 'the waiter of a scope taken over');
+        } finally {
+          waiting.cancel();
+        }
+      });
+
+      it('refuses to await a scope that is unknown, completed, or whose lease lapsed (the waiter claims again)', async (subject) => {
+        const { store } = subject;
+        assert.equal(await store.awaitOutcome(newScope()), false);
+        const completed = newScope();
+        await store.complete(await claimed(store, completed, 'fp', LONG), response, 60);
+        assert.equal(await store.awaitOutcome(completed), false);
+        const lapsed = newScope();
+        await claimed(store, lapsed, 'fp', SHORT_LEASE);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        assert.equal(await store.awaitOutcome(lapsed), false);
+      });
+
+      it('ends a wait at its timeout, or when cancelled, when nothing changes', async ({ store }) => {
+        await woken(store.waitForChange(newScope(), 50).changed, 'a wait of 50 ms');
+        const waiting = store.waitForChange(newScope(), 30_000);
+        await waiting.listening;
+        waiting.cancel();
+        await woken(waiting.changed, 'a cancelled wait');
+      });
+    });
+
+    describe('purgeExpired', () => {
+      it('deletes expired records in batches of at most batchSize, and keeps live ones', async (subject) => {
+        const { store } = subject;
+        const expired = Array.from({ length: 5 }, () => newScope());
+        // In progress and past their TTL: a claim after the purge tells a deleted one (no takeover) from one left.
+        for (const scope of expired) await claimed(store, scope, 'fp', { leaseSeconds: 0.1, ttlSeconds: 0.1 });
+        const live = newScope();
+        await claimed(store, live, 'fp', LONG);
+        await elapse(subject, 0.2);
+        const batches: number[] = [];
+        for (;;) {
+          const purged = await store.purgeExpired(2);
+          batches.push(purged);
+          assert.ok(purged <= 2, `purgeExpired(2) deleted ${purged} records`);
+          if (purged < 2) break;
+          assert.ok(batches.length < 10_000, 'purgeExpired(2) never ran out of records');
+        }
+        const total = batches.reduce((sum, purged) => sum + purged, 0);
+        assert.ok(total >= expired.length, `purged ${total} records in batches ${batches.join(', ')}`);
+        for (const scope of expired) {
+          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
+        }
+        assert.deepEqual(await store.claim(live, 'fp', randomUUID(), LONG), inProgress('fp'));
+      });
+    });
+  });
+}
+
+function globalRunner(): ContractTestRunner {
+  const { describe, it } = globalThis as unknown as Partial<ContractTestRunner>;
+  if (typeof describe !== 'function' || typeof it !== 'function') {
+    throw new Error(
+      'describeIdempotencyStoreContract found no global describe() and it(): run it under Jest (or Vitest with ' +
+        "globals: true), or pass { runner: { describe, it } } (from 'node:test', say)",
+    );
+  }
+  return { describe, it };
+}
+
+let scopes = 0;
+
+/** A scope no other case (nor another run on a shared store) uses. */
+function newScope(): IdempotencyScope {
+  scopes += 1;
+  return { account: `acct_${randomUUID()}`, endpoint: 'POST /v1/contract', key: `key-${scopes}` };
+}
+
+async function claimed(
+  store: IdempotencyStore,
+  scope: IdempotencyScope,
+  fingerprint: string,
+  timing: ClaimTiming,
+): Promise<IdempotencyClaim> {
+  const attempt = randomUUID();
+  assert.deepEqual(await store.claim(scope, fingerprint, attempt, timing), { claimed: true, takeover: false });
+  return { scope, attempt };
+}
+
+function inProgress(fingerprint: string): ClaimResult {
+  return { claimed: false, existing: { status: 'in_progress', fingerprint } };
+}
+
+/** Asserts a claim answered with the completed record; returns its `expiresInSeconds`. */
+function completedWith(result: ClaimResult, fingerprint: string, expected: StoredResponse): number {
+  assert.equal(result.claimed, false, 'the claim won a scope that is completed');
+  const existing = result.claimed === false ? result.existing : undefined;
+  assert.equal(existing?.status, 'completed');
+  if (existing?.status !== 'completed') return NaN;
+  const { expiresInSeconds, ...rest } = existing;
+  assert.deepEqual(rest, { status: 'completed', fingerprint, response: expected });
+  assert.equal(typeof expiresInSeconds, 'number');
+  return expiresInSeconds;
+}
+
+/** Lets `seconds` pass on the store's clock: advanced when it can be, waited for in real time otherwise. */
+async function elapse(subject: StoreUnderTest, seconds: number): Promise<void> {
+  if (subject.advanceTime) await subject.advanceTime(seconds + MARGIN_SECONDS);
+  else await delay((seconds + MARGIN_SECONDS) * 1000);
+}
+
+async function woken(changed: Promise<void>, what: string): Promise<void> {
+  assert.ok(await settledWithin(changed, WAKE_BOUND_MS), `${what} was not woken within ${WAKE_BOUND_MS} ms`);
+}
+
+/** Whether `promise` settles within `ms`. */
+async function settledWithin(promise: Promise<unknown>, ms: number): Promise<boolean> {
+  const timeout = new AbortController();
+  const settled = await Promise.race([
+    promise.then(
+      () => true,
+      () => true,
+    ),
+    delay(ms, false, { signal: timeout.signal }).catch(() => false),
+  ]);
+  timeout.abort();
+  return settled;
+}
