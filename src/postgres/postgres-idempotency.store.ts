@@ -104,7 +104,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return (await this.count(this.statements.release, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
   }
 
-  async awaitOutcome(scope: IdempotencyScope): Promise<boolean> {
+  async markAwaited(scope: IdempotencyScope): Promise<boolean> {
     return (await this.count(this.statements.markAwaited, [scope.account, scope.endpoint, scope.key])) === 1;
   }
 

@@ -64,7 +64,7 @@ export interface IdempotencyStore {
   renew(claim: IdempotencyClaim, timing: ClaimTiming): Promise<boolean>;
   /**
    * Stores the outcome, inside `transaction` when given; false when the claim is no longer held.
-   * Attempts awaiting the outcome (`awaitOutcome`) are woken when it commits.
+   * Attempts waiting for the outcome (those that called `markAwaited`) are woken when it commits.
    */
   complete(
     claim: IdempotencyClaim,
@@ -81,7 +81,7 @@ export interface IdempotencyStore {
    * Asks for the waiters of `scope` (`waitForChange`) to be woken when its in-progress record is completed or
    * released; false when it no longer is in progress with a live lease (claim again).
    */
-  awaitOutcome(scope: IdempotencyScope): Promise<boolean>;
+  markAwaited(scope: IdempotencyScope): Promise<boolean>;
   /**
    * `changed` resolves when the record of `scope` may have been completed or released, or after `timeoutMs`;
    * `listening` once changes are being listened for (or listening failed, leaving only the timeout).

@@ -274,7 +274,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         return { action: 'replay', response: existing.response };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
-      if (await this.awaitOutcome(scope, policy, () => waiting.cancel())) await waiting.changed;
+      if (await this.markAwaited(scope, policy, () => waiting.cancel())) await waiting.changed;
       else waiting.cancel(); // completed, released or lapsed meanwhile: claim again at once
     }
   }
@@ -450,13 +450,13 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 
   /** Asks to be woken when the outcome of `scope` is stored or its claim released; false when it already was. */
-  private async awaitOutcome(
+  private async markAwaited(
     scope: IdempotencyScope,
     policy: IdempotencyPolicy,
     cancelWaiting: () => void,
   ): Promise<boolean> {
     try {
-      return await withTimeout(this.store.awaitOutcome(scope), policy, 'awaiting the outcome');
+      return await withTimeout(this.store.markAwaited(scope), policy, 'marking the record awaited');
     } catch (error) {
       cancelWaiting();
       this.logger.error(`Waiting for ${describeScope(scope)} failed; the request is refused with 503: ${error}`);

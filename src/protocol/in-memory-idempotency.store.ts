@@ -175,7 +175,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     return true;
   }
 
-  async awaitOutcome(scope: IdempotencyScope): Promise<boolean> {
+  async markAwaited(scope: IdempotencyScope): Promise<boolean> {
     // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on.
     const record = await this.lockedRecord(
       scope,

@@ -367,7 +367,7 @@ export function describeIdempotencyStoreContract(
           const other = store.waitForChange(newScope(), 30_000);
           try {
             await waiting.listening;
-            assert.equal(await store.awaitOutcome(scope), true);
+            assert.equal(await store.markAwaited(scope), true);
             assert.equal(
               await (end === 'completed' ? store.complete(claim, response, 60) : store.release(claim)),
               true,
@@ -387,7 +387,7 @@ export function describeIdempotencyStoreContract(
         const waiting = store.waitForChange(scope, 30_000);
         try {
           await waiting.listening;
-          assert.equal(await store.awaitOutcome(scope), true);
+          assert.equal(await store.markAwaited(scope), true);
           const transaction = await store.beginTransaction(5_000);
           assert.equal(await store.complete(claim, response, 60, transaction), true);
           assert.equal(await settledWithin(waiting.changed, 100), false, 'woken before the commit');
@@ -405,7 +405,7 @@ export function describeIdempotencyStoreContract(
         try {
           await waiting.listening; // first: the lease is short
           await claimed(store, scope, 'fp', { leaseSeconds: 0.3, ttlSeconds: 3600 });
-          assert.equal(await store.awaitOutcome(scope), true);
+          assert.equal(await store.markAwaited(scope), true);
           await elapse(subject, 0.3);
           const taker = { scope, attempt: randomUUID() };
           assert.deepEqual(await store.claim(scope, 'fp', taker.attempt, LONG), { claimed: true, takeover: true });
@@ -418,14 +418,14 @@ export function describeIdempotencyStoreContract(
 
       it('refuses to await a scope that is unknown, completed, or whose lease lapsed (the waiter claims again)', async (subject) => {
         const { store } = subject;
-        assert.equal(await store.awaitOutcome(newScope()), false);
+        assert.equal(await store.markAwaited(newScope()), false);
         const completed = newScope();
         await store.complete(await claimed(store, completed, 'fp', LONG), response, 60);
-        assert.equal(await store.awaitOutcome(completed), false);
+        assert.equal(await store.markAwaited(completed), false);
         const lapsed = newScope();
         await claimed(store, lapsed, 'fp', SHORT_LEASE);
         await elapse(subject, SHORT_LEASE.leaseSeconds);
-        assert.equal(await store.awaitOutcome(lapsed), false);
+        assert.equal(await store.markAwaited(lapsed), false);
       });
 
       it('ends a wait at its timeout, or when cancelled, when nothing changes', async ({ store }) => {

@@ -390,7 +390,7 @@ describe('abandon', () => {
   });
 });
 
-describe('waitForChange and awaitOutcome', () => {
+describe('waitForChange and markAwaited', () => {
   /** Records which scopes were notified on the store's channel, as a second listener sees them. */
   async function listenToNotifications(): Promise<{
     notified(scope: IdempotencyScope): boolean;
@@ -420,7 +420,7 @@ describe('waitForChange and awaitOutcome', () => {
       let otherWoken = false;
       void otherWaiting.changed.then(() => (otherWoken = true));
       await waiting.listening;
-      await expect(store.awaitOutcome(scope)).resolves.toBe(true);
+      await expect(store.markAwaited(scope)).resolves.toBe(true);
       if (end === 'complete') await store.complete({ scope, attempt }, response, 60);
       else await store.release({ scope, attempt });
       await waiting.changed;
@@ -436,7 +436,7 @@ describe('waitForChange and awaitOutcome', () => {
       const [quietAttempt, awaitedAttempt] = [randomUUID(), randomUUID()];
       await store.claim(quiet, 'fp', quietAttempt, timing);
       await store.claim(awaited, 'fp', awaitedAttempt, timing);
-      await store.awaitOutcome(awaited);
+      await store.markAwaited(awaited);
       await store.complete({ scope: quiet, attempt: quietAttempt }, response, 60);
       await store.complete({ scope: awaited, attempt: awaitedAttempt }, response, 60);
       // Notifications arrive in commit order: once the awaited one is in, the quiet one would have been too.
@@ -455,8 +455,8 @@ describe('waitForChange and awaitOutcome', () => {
     const attempt = randomUUID();
     await store.claim(completed, 'fp', attempt, timing);
     await store.complete({ scope: completed, attempt }, response, 60);
-    await expect(store.awaitOutcome(completed)).resolves.toBe(false);
-    await expect(store.awaitOutcome(newScope())).resolves.toBe(false);
+    await expect(store.markAwaited(completed)).resolves.toBe(false);
+    await expect(store.markAwaited(newScope())).resolves.toBe(false);
 
     const lapsed = newScope();
     await store.claim(lapsed, 'fp', randomUUID(), { ...timing, leaseSeconds: 0.001 });
@@ -469,7 +469,7 @@ describe('waitForChange and awaitOutcome', () => {
         )[0],
       'the lease to lapse',
     );
-    await expect(store.awaitOutcome(lapsed)).resolves.toBe(false);
+    await expect(store.markAwaited(lapsed)).resolves.toBe(false);
   });
 
   it('keeps a takeover awaited: the outcome of the attempt that took the key over wakes the waiters', async () => {
@@ -477,7 +477,7 @@ describe('waitForChange and awaitOutcome', () => {
     try {
       const scope = newScope();
       await store.claim(scope, 'fp', randomUUID(), timing);
-      await store.awaitOutcome(scope);
+      await store.markAwaited(scope);
       await db.query(`UPDATE idempotency_records SET locked_until = now() WHERE idempotency_key = $1`, [scope.key]);
       const taker = randomUUID();
       await expect(store.claim(scope, 'fp', taker, timing)).resolves.toEqual({ claimed: true, takeover: true });
