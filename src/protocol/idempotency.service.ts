@@ -335,7 +335,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     policy: IdempotencyPolicy,
   ): Promise<IdempotencyError | undefined> {
     const { response, failed } = outcome;
-    const storable = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
+    const toStore = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
     if (transaction && this.cutTransactions.has(transaction)) {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
@@ -344,7 +344,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
-    if (transaction && storable && !failed) return this.commitWithOutcome(run, storable, policy);
+    if (transaction && toStore && !failed) return this.commitWithOutcome(run, toStore, policy);
     if (transaction) {
       // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
       const ending = response === undefined && !failed ? 'commit' : 'rollback';
@@ -362,10 +362,10 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
     }
-    const finalized = await this.finalizer.finalize(run.claim, storable, policy);
-    if (finalized === 'held' && storable) this.rememberOutcome(run, storable, policy);
+    const finalized = await this.finalizer.finalize(run.claim, toStore, policy);
+    if (finalized === 'held' && toStore) this.rememberOutcome(run, toStore, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
-    return finalized === 'taken-over' && storable && !failed
+    return finalized === 'taken-over' && toStore && !failed
       ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
       : undefined;
   }
