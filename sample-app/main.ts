@@ -33,10 +33,13 @@ async function main(): Promise<void> {
         );
     });
   }
-  await app.listen(config.port);
+  // Fastify listens on localhost unless told otherwise; Express on every interface.
+  await (config.platform === 'fastify' ? app.listen(config.port, '0.0.0.0') : app.listen(config.port));
   const address = app.getHttpServer().address();
   const port = typeof address === 'object' && address ? address.port : config.port;
-  console.log(`Charges sample app listening on port ${port} (database: ${embedded?.description ?? 'DATABASE_URL'})`);
+  console.log(
+    `Charges sample app listening on port ${port} (${config.platform}; database: ${embedded?.description ?? 'DATABASE_URL'})`,
+  );
 }
 
 main().catch((error: unknown) => {

@@ -30,7 +30,13 @@ import {
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import { runWithin } from '../protocol/current-run.js';
 import { endpointOf, errorResponse, fingerprintInputOf, sendReplay, setRetryAfter } from './idempotency-http.js';
-import { type HttpPlatform, httpPlatformFor, type HttpRequest, type HttpResponse } from './http-platform.js';
+import {
+  type HttpPlatform,
+  httpPlatformFor,
+  type HttpRequest,
+  type HttpResponse,
+  isSupportedHttpPlatform,
+} from './http-platform.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
 import type {
   FingerprintInput,
@@ -118,7 +124,9 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     const adapter = this.adapterHost.httpAdapter;
     if (!adapter) return;
     trackNestReplies(adapter);
-    this.platform = httpPlatformFor(adapter.getType());
+    // An application without idempotent routes starts on any platform (`HttpPlatformCheck`); one with them, on these.
+    const platform = adapter.getType();
+    if (isSupportedHttpPlatform(platform)) this.platform = httpPlatformFor(platform);
   }
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
