@@ -7,6 +7,8 @@ import { createSampleApp, type SampleAppOptions } from '../../sample-app/create-
 import type { SampleConfig } from '../../sample-app/sample-config.js';
 import { RecordingLogger } from './recording-logger.js';
 
+export { PLATFORMS, type Platform } from './platforms.js';
+
 export interface RunningApp {
   url: string;
   close(): Promise<void>;
@@ -20,10 +22,6 @@ export const BOB = 'sk_test_bob';
  * last, so every app of the file shares this one: the test reads the errors it expects here, and none are printed.
  */
 export const sampleAppLogger = new RecordingLogger();
-
-/** The HTTP platforms the sample app runs on (`SAMPLE_PLATFORM`); e2e suites of the HTTP edge run on each. */
-export const PLATFORMS = ['express', 'fastify'] as const;
-export type Platform = (typeof PLATFORMS)[number];
 
 /** The sample app in this process, listening on a free loopback port (on Express unless `config.platform` says). */
 export async function startSampleApp(
