@@ -1,3 +1,4 @@
+import type { IncomingHttpHeaders } from 'node:http';
 import type { Socket } from 'node:net';
 import type { INestApplication, NestApplicationOptions } from '@nestjs/common';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -32,4 +33,5 @@ export interface PlatformResponse {
 /** What Express's request and Fastify's request have in common, for handlers that take theirs (`@Req()`). */
 export interface PlatformRequest {
   socket: Socket;
+  headers: IncomingHttpHeaders;
 }
