@@ -1,6 +1,6 @@
-import type { LoggerService, LogLevel } from '@nestjs/common';
+import type { INestApplication, LoggerService, LogLevel } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import type { NestExpressApplication } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { DataSource } from 'typeorm';
 import { AppModule } from './app.module.js';
 import type { PaymentProvider } from './payment-provider.js';
@@ -9,21 +9,23 @@ import type { SampleConfig } from './sample-config.js';
 /** Any number taken once by every instance of the app; holders of the lock run the migrations one at a time. */
 const MIGRATION_LOCK = 7_406_001;
 
+/** Express's body parsers refuse bodies over 100 KiB by default, Fastify's over 1 MiB: the app answers 413 alike. */
+const BODY_LIMIT_BYTES = 100 * 1024;
+
 export interface SampleAppOptions {
   logger?: LoggerService | LogLevel[] | false;
   paymentProvider?: PaymentProvider;
 }
 
-/** Builds the charges app and brings its schema up to date; `listen()` is the caller's. */
-export async function createSampleApp(
-  config: SampleConfig,
-  options: SampleAppOptions = {},
-): Promise<NestExpressApplication> {
-  const app = await NestFactory.create<NestExpressApplication>(AppModule.forRoot(config, options.paymentProvider), {
-    // The fingerprint hashes the body bytes as received.
-    rawBody: true,
-    logger: options.logger,
-  });
+/** Builds the charges app, on Express or on Fastify (`config.platform`), and brings its schema up to date; `listen()` is the caller's. */
+export async function createSampleApp(config: SampleConfig, options: SampleAppOptions = {}): Promise<INestApplication> {
+  const module = AppModule.forRoot(config, options.paymentProvider);
+  // The fingerprint hashes the body bytes as received: `rawBody: true` on either platform.
+  const appOptions = { rawBody: true, logger: options.logger };
+  const app =
+    config.platform === 'fastify'
+      ? await NestFactory.create(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), appOptions)
+      : await NestFactory.create(module, appOptions);
   await runMigrations(app.get(DataSource));
   return app;
 }

@@ -1,3 +1,4 @@
+import type { Server } from 'node:http';
 import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
 import { createSampleApp } from './create-sample-app.js';
@@ -33,10 +34,13 @@ async function main(): Promise<void> {
         );
     });
   }
-  await app.listen(config.port);
-  const address = app.getHttpServer().address();
+  // Fastify listens on localhost unless told otherwise; Express on every interface.
+  await (config.platform === 'fastify' ? app.listen(config.port, '0.0.0.0') : app.listen(config.port));
+  const address = (app.getHttpServer() as Server).address();
   const port = typeof address === 'object' && address ? address.port : config.port;
-  console.log(`Charges sample app listening on port ${port} (database: ${embedded?.description ?? 'DATABASE_URL'})`);
+  console.log(
+    `Charges sample app listening on port ${port} (${config.platform}; database: ${embedded?.description ?? 'DATABASE_URL'})`,
+  );
 }
 
 main().catch((error: unknown) => {

@@ -16,6 +16,8 @@ export interface SampleConfig {
   /** Whether this process pays pending payouts in the background, and how often it looks for them. */
   payoutWorker: boolean;
   payoutPollMs: number;
+  /** The HTTP platform the app runs on: Nest's default Express, or Fastify (`@nestjs/platform-fastify`). */
+  platform: 'express' | 'fastify';
 }
 
 export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');
@@ -32,6 +34,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     shutdownTimeoutSeconds: integer(env, 'IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS', 10, 1),
     payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
+    platform: choice(env, 'SAMPLE_PLATFORM', ['express', 'fastify'], 'express'),
   };
 }
 

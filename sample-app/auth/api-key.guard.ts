@@ -1,6 +1,6 @@
 import { type CanActivate, type ExecutionContext, HttpStatus, Injectable, SetMetadata } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
-import type { Request } from 'express';
+import type { IncomingHttpHeaders } from 'node:http';
 import { ApiError } from '../api-errors.js';
 
 const API_KEY = /^sk_test_[A-Za-z0-9_]{1,64}$/;
@@ -9,7 +9,9 @@ const PUBLIC_ROUTE = 'sample:public';
 /** Marks a route that needs no API key. */
 export const Public = () => SetMetadata(PUBLIC_ROUTE, true);
 
-export interface AuthenticatedRequest extends Request {
+/** The request of either platform (Express's request, Fastify's `FastifyRequest`): both have Node's headers. */
+export interface AuthenticatedRequest {
+  headers: IncomingHttpHeaders;
   /** The account of the request: its API key. */
   account: string;
 }
@@ -40,7 +42,7 @@ export class ApiKeyGuard implements CanActivate {
   }
 }
 
-function apiKeyOf(request: Request): string | undefined {
+function apiKeyOf(request: AuthenticatedRequest): string | undefined {
   const authorization = request.headers.authorization;
   if (authorization !== undefined) return /^Bearer (\S+)$/i.exec(authorization)?.[1];
   const apiKey = request.headers['x-api-key'];

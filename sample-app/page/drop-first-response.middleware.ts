@@ -1,5 +1,5 @@
 import { Injectable, type NestMiddleware } from '@nestjs/common';
-import type { NextFunction, Request, Response } from 'express';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 
 const REMEMBERED_KEYS = 10_000;
 
@@ -12,15 +12,21 @@ const REMEMBERED_KEYS = 10_000;
 export class DropFirstResponseMiddleware implements NestMiddleware {
   private readonly dropped = new Set<string>();
 
-  use(request: Request, response: Response, next: NextFunction): void {
-    const key = request.header('idempotency-key');
-    if (request.header('x-demo-drop-response') === 'once' && key && !this.dropped.has(key)) {
+  // Nest middleware gets Node's request and response on either platform (on Fastify, through @fastify/middie).
+  use(request: IncomingMessage, response: ServerResponse, next: () => void): void {
+    const key = request.headers['idempotency-key'];
+    if (
+      request.headers['x-demo-drop-response'] === 'once' &&
+      typeof key === 'string' &&
+      key &&
+      !this.dropped.has(key)
+    ) {
       if (this.dropped.size >= REMEMBERED_KEYS) this.dropped.clear();
       this.dropped.add(key);
       response.end = (() => {
         response.socket?.destroy();
         return response;
-      }) as Response['end'];
+      }) as ServerResponse['end'];
     }
     next();
   }

@@ -2,6 +2,7 @@ import { StreamableFile } from '@nestjs/common';
 import { HEADERS_METADATA, HTTP_CODE_METADATA } from '@nestjs/common/constants.js';
 import { isObservable } from 'rxjs';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { HttpPlatform } from './http-platform.js';
 import { pickHeaders } from './response-capture.js';
 
 /** What Nest reads from a route to send its handler's value: the method's `@HttpCode` and `@Header`s. */
@@ -10,11 +11,13 @@ export interface RouteResponseMetadata {
   method: string;
   storedHeaders: ReadonlySet<string>;
   maxBodyBytes: number;
+  /** The platform, which decides how a value is sent. */
+  platform: HttpPlatform;
 }
 
 /**
- * The response Nest's Express platform sends for a route's value (JSON for objects, text for other values, the
- * route's status and headers), for a handler whose answer went out before it was done (a timeout interceptor
+ * The response Nest's platform sends for a route's value (JSON for objects, text for strings: see
+ * `HttpPlatform.bodyForValue`; the route's status and headers), for a handler whose answer went out before it was done (a timeout interceptor
  * answered for it). `undefined` when the value cannot be sent that way (a stream, a file) or is too large to store.
  */
 export function responseForValue(value: unknown, route: RouteResponseMetadata): StoredResponse | undefined {
@@ -26,12 +29,8 @@ export function responseForValue(value: unknown, route: RouteResponseMetadata): 
   for (const { name, value: header } of (Reflect.getMetadata(HEADERS_METADATA, route.handler) ?? []) as RouteHeader[]) {
     headers[name.toLowerCase()] = String(typeof header === 'function' ? header() : header);
   }
-  let body = Buffer.alloc(0);
-  if (value !== undefined && value !== null) {
-    const json = typeof value === 'object';
-    headers['content-type'] ??= json ? 'application/json; charset=utf-8' : 'text/html; charset=utf-8';
-    body = Buffer.from(json ? JSON.stringify(value) : String(value as string | number | boolean | bigint));
-  }
+  const { body, contentType } = route.platform.bodyForValue(value);
+  if (contentType !== undefined) headers['content-type'] ??= contentType;
   if (body.length > route.maxBodyBytes) return undefined;
   return { status, headers: pickHeaders(headers, route.storedHeaders), body };
 }

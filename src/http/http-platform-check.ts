@@ -3,13 +3,17 @@ import { HttpAdapterHost } from '@nestjs/core';
 import { IDEMPOTENT_ROUTES_TRACKED } from './http.constants.js';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import { RAW_BODY_SETTING } from './idempotency-http.js';
+import { isSupportedHttpPlatform } from './http-platform.js';
 
-/** The adapter's methods that register body parsers, handing them the application's `rawBody` option second. */
+/**
+ * The adapter's methods that register body parsers, handing them the application's `rawBody` option second: on
+ * Express and on Fastify alike (`registerParserMiddleware(prefix, rawBody)`, `useBodyParser(type, rawBody, …)`).
+ */
 type BodyParserRegistrations = Pick<HttpServer, 'registerParserMiddleware' | 'useBodyParser'>;
 
 /**
- * Refuses to start an HTTP application the module cannot serve: one on another platform than Express (whose
- * idempotent requests would all fail), or one whose body parsers keep no raw bytes (created without `rawBody: true`,
+ * Refuses to start an HTTP application the module cannot serve: one on another platform than Express or Fastify
+ * (whose idempotent requests would all fail), or one whose body parsers keep no raw bytes (created without `rawBody: true`,
  * so that no request with a body could be fingerprinted). An application without idempotent routes (a worker, or an
  * API that only calls `IdempotencyService.execute()`) is not checked.
  */
@@ -31,10 +35,11 @@ export class HttpPlatformCheck implements OnModuleInit {
     const adapter = this.adapterHost.httpAdapter;
     if (!adapter || this.idempotentRoutes === 0) return;
     const platform = adapter.getType();
-    if (platform !== 'express') {
+    if (!isSupportedHttpPlatform(platform)) {
       throw new IdempotencySetupError(
-        `IdempotencyModule supports only the Express platform (@nestjs/platform-express) for now, and this application ` +
-          `runs on ${platform}: create it with Nest's default Express adapter (\`IdempotencyService.execute()\` works on any platform, in an application without \`@Idempotent()\` routes).`,
+        'IdempotencyModule supports the Express and Fastify platforms (@nestjs/platform-express, ' +
+          `@nestjs/platform-fastify), and this application runs on ${platform}: create it with one of their adapters ` +
+          '(`IdempotencyService.execute()` works on any platform, in an application without `@Idempotent()` routes).',
       );
     }
     if (this.parsersKeepRawBody === false) {

@@ -1,4 +1,3 @@
-import type { IncomingMessage, ServerResponse } from 'node:http';
 import {
   IdempotencyBodyUnavailableError,
   type IdempotencyError,
@@ -6,28 +5,16 @@ import {
 } from '../protocol/idempotency.errors.js';
 import type { FingerprintInput } from '../protocol/idempotency-options.interface.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { HttpRequest, HttpResponse } from './http-platform.js';
 import { sendSealed } from './response-capture.js';
-
-/** The parts of an Express request the module reads. */
-export interface HttpRequest extends IncomingMessage {
-  method: string;
-  url: string;
-  /** The path as received, before routers strip their mount points. */
-  originalUrl?: string;
-  /** Set by Nest when the application is created with `rawBody: true`. */
-  rawBody?: Buffer;
-  /** Set by a body parser that read the body (Express 5 leaves it undefined otherwise). */
-  body?: unknown;
-  /** The matched route. */
-  route?: { path?: string };
-}
 
 /** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */
 const RAW_BODY_MEDIA_TYPES: ReadonlySet<string> = new Set(['application/json', 'application/x-www-form-urlencoded']);
 
 /** Where an application keeps the raw body bytes that fingerprints are computed from. */
 export const RAW_BODY_SETTING =
-  '`NestFactory.create(AppModule, { rawBody: true })` (in tests, `moduleRef.createNestApplication({ rawBody: true })`)';
+  '`NestFactory.create(AppModule, { rawBody: true })` (on Fastify, `NestFactory.create(AppModule, new FastifyAdapter(), ' +
+  '{ rawBody: true })`; in tests, `moduleRef.createNestApplication({ rawBody: true })`)';
 
 const RAW_BODY_FIX =
   'Idempotent requests are fingerprinted on their raw body bytes, and this application does not keep them as ' +
@@ -44,21 +31,15 @@ export function rawBodyOf(request: HttpRequest): Buffer {
     Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
   if (!declaresBody) return Buffer.alloc(0);
   const mediaType = contentTypeOf(request).split(';')[0];
-  if (request.body !== undefined || RAW_BODY_MEDIA_TYPES.has(mediaType))
-    throw new IdempotencyMisconfiguredError(RAW_BODY_FIX);
+  if (request.bodyParsed || RAW_BODY_MEDIA_TYPES.has(mediaType)) throw new IdempotencyMisconfiguredError(RAW_BODY_FIX);
   throw new IdempotencyBodyUnavailableError(mediaType);
-}
-
-/** The requested path with its query, as received. */
-export function requestUrlOf(request: HttpRequest): string {
-  return request.originalUrl ?? request.url;
 }
 
 /** What a request's fingerprint is computed from. */
 export function fingerprintInputOf(request: HttpRequest): FingerprintInput {
   return {
     method: request.method,
-    url: requestUrlOf(request),
+    url: request.url,
     contentType: contentTypeOf(request),
     body: rawBodyOf(request),
   };
@@ -74,12 +55,13 @@ function contentTypeOf(request: HttpRequest): string {
 
 /** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */
 export function endpointOf(request: HttpRequest): string {
-  const template = request.route?.path ?? requestUrlOf(request).split('?')[0];
+  const template = request.routePath ?? request.url.split('?')[0];
   return `${request.method} ${template}`;
 }
 
-export function setRetryAfter(response: ServerResponse, seconds: number): void {
-  response.setHeader('Retry-After', String(Math.ceil(seconds)));
+/** On the Node.js response, which every platform merges into what it sends (an exception filter's answer, say). */
+export function setRetryAfter(response: HttpResponse, seconds: number): void {
+  if (!response.raw.headersSent) response.raw.setHeader('Retry-After', String(Math.ceil(seconds)));
 }
 
 /**
@@ -87,7 +69,8 @@ export function setRetryAfter(response: ServerResponse, seconds: number): void {
  * interceptors outside the module's (a `{ data }` wrapper, say) would map it again, although the stored bytes are
  * already what they made of it the first time. Nest's own sending of the value that comes back is then ignored.
  */
-export function sendReplay(response: ServerResponse, stored: StoredResponse, replayHeaderName: string): void {
+export function sendReplay(response: HttpResponse, stored: StoredResponse, replayHeaderName: string): void {
+  response.syncHeaders();
   sendSealed(response, { ...stored, headers: { ...stored.headers, [replayHeaderName.toLowerCase()]: 'true' } });
 }
 

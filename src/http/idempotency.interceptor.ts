@@ -1,5 +1,4 @@
 import { isUtf8 } from 'node:buffer';
-import type { ServerResponse } from 'node:http';
 import {
   type CallHandler,
   type ExecutionContext,
@@ -30,14 +29,14 @@ import {
 } from '../protocol/idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import { runWithin } from '../protocol/current-run.js';
+import { endpointOf, errorResponse, fingerprintInputOf, sendReplay, setRetryAfter } from './idempotency-http.js';
 import {
-  endpointOf,
-  errorResponse,
-  fingerprintInputOf,
+  type HttpPlatform,
+  httpPlatformFor,
   type HttpRequest,
-  sendReplay,
-  setRetryAfter,
-} from './idempotency-http.js';
+  type HttpResponse,
+  isSupportedHttpPlatform,
+} from './http-platform.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
 import type {
   FingerprintInput,
@@ -100,8 +99,8 @@ interface RoutePlan {
 }
 
 /**
- * The HTTP edge of the protocol, registered app-wide (Express platform): reads the key, scope and
- * fingerprint of requests to `@Idempotent()` routes, lets `IdempotencyService` decide, and replays or
+ * The HTTP edge of the protocol, registered app-wide (Express and Fastify platforms, see `HttpPlatform`): reads the
+ * key, scope and fingerprint of requests to `@Idempotent()` routes, lets `IdempotencyService` decide, and replays or
  * captures the response.
  */
 @Injectable()
@@ -111,6 +110,8 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
   private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
   /** What has been logged already of what is logged once (per endpoint, or per set-up problem). */
   private readonly loggedOnce = new Set<string>();
+  /** The application's HTTP platform, known once it is bootstrapped. */
+  private platform?: HttpPlatform;
 
   constructor(
     private readonly reflector: Reflector,
@@ -121,23 +122,29 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
 
   /** The HTTP adapter exists once the application is bootstrapped (none in an application context without HTTP). */
   onApplicationBootstrap(): void {
-    if (this.adapterHost.httpAdapter) trackNestReplies(this.adapterHost.httpAdapter);
+    const adapter = this.adapterHost.httpAdapter;
+    if (!adapter) return;
+    trackNestReplies(adapter);
+    // An application without idempotent routes starts on any platform (`HttpPlatformCheck`); one with them, on these.
+    const platform = adapter.getType();
+    if (isSupportedHttpPlatform(platform)) this.platform = httpPlatformFor(platform);
   }
 
   async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     const plan = context.getType() === 'http' ? this.planFor(context) : null;
     if (!plan) return next.handle();
-    const request = context.switchToHttp().getRequest<HttpRequest>();
+    const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
+    const request = platform.requestOf(context.switchToHttp().getRequest<object>());
     if (PASS_THROUGH_METHODS.has(request.method)) return next.handle();
     const { policy } = plan;
-    const response = context.switchToHttp().getResponse<ServerResponse>();
+    const response = platform.responseOf(context.switchToHttp().getResponse<object>());
 
     const key = parseIdempotencyKey(request.headers[policy.headerName.toLowerCase()], policy.headerName);
     if (key === undefined) {
       if (policy.required) throw new IdempotencyKeyRequiredError(policy.headerName);
       return next.handle();
     }
-    const scope = { account: await this.accountOf(context, policy), endpoint: endpointOf(request), key };
+    const scope = { account: await this.accountOf(context, request, policy), endpoint: endpointOf(request), key };
     const fingerprint = policy.fingerprint(this.fingerprintInputOf(request));
 
     const terms = { key: policy.headerName, usedWith: 'request (method, path, query or body)' };
@@ -187,10 +194,10 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       const writtenByHandler =
         plan.passthrough &&
         sent !== undefined &&
-        (work.isCurrentHandler || (!nestReplying.has(response) && pipeline === undefined));
+        (work.isCurrentHandler || (!nestReplying.has(response.platformResponse) && pipeline === undefined));
       if (plan.storable && !writtenByHandler && answeredForHandler) {
         const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
-        const route = { context, method: request.method, policy, answered: sent };
+        const route = { context, method: request.method, policy, answered: sent, platform };
         void workDone.then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, route)).then(conclude);
         return undefined;
       }
@@ -223,7 +230,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     );
     if (plan.storable) return this.runToCompletion(handled, response, capture, finish);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
-    response.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
+    response.raw.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
     return handled;
   }
 
@@ -240,9 +247,15 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     pipeline: PipelineEnd,
     work: HandlerWork,
     pipelineRun: () => Observable<unknown>,
-    route: { context: ExecutionContext; method: string; policy: IdempotencyPolicy; answered: SentResponse | undefined },
+    route: {
+      context: ExecutionContext;
+      method: string;
+      policy: IdempotencyPolicy;
+      answered: SentResponse | undefined;
+      platform: HttpPlatform;
+    },
   ): Promise<AttemptOutcome> {
-    const { context, method, policy, answered } = route;
+    const { context, method, policy, answered, platform } = route;
     const asAnswered = { response: answered?.storable ? answered.response : undefined, failed: true };
     let value: unknown;
     if (pipeline.status === 'completed' && !pipeline.whileHandlerRan) value = pipeline.value;
@@ -262,6 +275,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       method,
       storedHeaders: policy.storedResponseHeaders,
       maxBodyBytes: policy.maxStoredBodyBytes,
+      platform,
     });
     return response ? { response, failed: false } : asAnswered;
   }
@@ -275,13 +289,13 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
    */
   private runToCompletion(
     handled: Observable<unknown>,
-    response: ServerResponse,
+    { raw, platformResponse }: HttpResponse,
     capture: ResponseCapture,
     finish: (sent: undefined) => Promise<unknown>,
   ): Observable<unknown> {
     // The client may have left already, while the claim was made (or waited for).
-    let clientLeft = response.destroyed || (response.socket?.destroyed ?? false);
-    response.once('close', () => {
+    let clientLeft = raw.destroyed || (raw.socket?.destroyed ?? false);
+    raw.once('close', () => {
       clientLeft = !capture.ended;
     });
     // Nest writes the response a few microtasks after the handler is done; past them, it is not going to.
@@ -305,7 +319,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
         unlessNestResponds(() => {
           try {
             if (!isSerializableBody(last)) throw new Error('not a body that can be sent as JSON or text');
-            this.adapterHost.httpAdapter.reply(response, last);
+            this.adapterHost.httpAdapter.reply(platformResponse, last);
           } catch {
             void finish(undefined); // nothing can be stored: free the key
           }
@@ -342,23 +356,27 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
    * public route under a resolver that reads what a guard sets): answered 500 before anything is claimed, and
    * logged once per route with the reason. An `HttpException` it throws (a 401, say) is its answer, and passes.
    */
-  private async accountOf(context: ExecutionContext, policy: IdempotencyPolicy): Promise<string> {
+  private async accountOf(context: ExecutionContext, request: HttpRequest, policy: IdempotencyPolicy): Promise<string> {
     if (!policy.accountResolver) return '';
     let account: unknown;
     try {
       account = await policy.accountResolver(context);
     } catch (error) {
       if (error instanceof HttpException) throw error;
-      throw this.accountUnresolved(context, `it threw ${error}`);
+      throw this.accountUnresolved(context, request, `it threw ${error}`);
     }
     if ((typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) || account === '') {
-      throw this.accountUnresolved(context, `it returned ${describedValue(account)}`);
+      throw this.accountUnresolved(context, request, `it returned ${describedValue(account)}`);
     }
     return String(account);
   }
 
-  private accountUnresolved(context: ExecutionContext, reason: string): IdempotencyAccountUnresolvedError {
-    const endpoint = endpointOf(context.switchToHttp().getRequest<HttpRequest>());
+  private accountUnresolved(
+    context: ExecutionContext,
+    request: HttpRequest,
+    reason: string,
+  ): IdempotencyAccountUnresolvedError {
+    const endpoint = endpointOf(request);
     this.logOnce(`account ${endpoint}`, () =>
       this.logger.error(
         `The accountResolver gave no account for ${context.getClass().name}.${context.getHandler().name} (${endpoint}): ` +

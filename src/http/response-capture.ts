@@ -1,5 +1,6 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { HttpResponse } from './http-platform.js';
 
 /** What was sent: the whole response, or why it could not be stored. */
 export type SentResponse = { storable: true; response: StoredResponse } | { storable: false; reason: string };
@@ -37,11 +38,12 @@ type EndCallback = (error?: Error) => void;
  * it is not stored. `onEnd` must not reject.
  */
 export function captureResponse(
-  res: ServerResponse,
+  response: HttpResponse,
   options: CaptureOptions,
   onEnd: (sent: SentResponse) => Promise<StoredResponse | undefined>,
 ): ResponseCapture {
   /* eslint-disable @typescript-eslint/unbound-method -- kept to be put back, and called with .call(res) */
+  const res = response.raw;
   const originalWrite = res.write;
   const originalEnd = res.end;
   const originalWriteHead = res.writeHead;
@@ -94,7 +96,7 @@ export function captureResponse(
   };
 
   res.end = function end(this: ServerResponse, chunk?: unknown, encoding?: unknown, callback?: unknown) {
-    silenceWrites(res);
+    silenceWrites(response);
     capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
@@ -120,18 +122,19 @@ export function captureResponse(
 
   const capture = {
     ended: false,
-    answer(response: StoredResponse) {
+    answer(replacement: StoredResponse) {
       if (answered) return;
       answered = true;
       capture.ended = true;
+      response.syncHeaders();
       const kept = res.getHeaders();
       restore();
       try {
-        sendInstead(response, kept);
+        sendInstead(replacement, kept);
       } catch (error) {
         res.destroy(error as Error);
       }
-      silenceWrites(res);
+      silenceWrites(response);
       sealHeaders(res);
     },
   };
@@ -139,26 +142,27 @@ export function captureResponse(
 }
 
 /** Sends `response` as the whole answer, and ends the response for whoever writes to it next (see `sealHeaders`). */
-export function sendSealed(res: ServerResponse, response: StoredResponse): void {
+export function sendSealed(target: HttpResponse, response: StoredResponse): void {
+  const res = target.raw;
   res.statusCode = response.status;
   for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
   res.setHeader('content-length', String(response.body.length));
   res.end(response.body);
-  silenceWrites(res);
+  silenceWrites(target);
   sealHeaders(res);
 }
 
 /**
- * Later writes and ends do nothing, as for a response that has ended. Express's `send` and `json` (through which
- * Nest sends a value) are skipped whole, so that nothing is serialized or hashed for an answer that is not sent.
+ * Later writes and ends do nothing, as for a response that has ended. The platform's own ways of sending a body
+ * (Express's `send` and `json`, Fastify's `reply.send`, through which Nest sends a value) are skipped whole, so that
+ * nothing is serialized or hashed for an answer that is not sent.
  */
-function silenceWrites(res: ServerResponse): void {
+function silenceWrites(response: HttpResponse): void {
+  const res = response.raw;
   res.write = (() => false) as ServerResponse['write'];
   res.end = (() => res) as ServerResponse['end'];
   res.writeHead = () => res;
-  const express = res as ServerResponse & { send?: unknown; json?: unknown };
-  if (typeof express.send === 'function') express.send = () => res;
-  if (typeof express.json === 'function') express.json = () => res;
+  response.silence();
 }
 
 /**

@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
+import { PLATFORMS, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 const body = JSON.stringify({ amount: 500, currency: 'eur' });
@@ -52,11 +52,11 @@ async function expectExactlyOneCharge(results: Awaited<ReturnType<typeof burst>>
   }
 }
 
-describe("concurrent attempts with one key (the seed's third test)", () => {
+describe.each(PLATFORMS)("concurrent attempts with one key (the seed's third test), on %s", (platform) => {
   let url: string;
 
   beforeAll(async () => {
-    const app = await startSampleApp({ databaseUrl: db.url, providerDelayMs: 50 });
+    const app = await startSampleApp({ databaseUrl: db.url, providerDelayMs: 50, platform });
     apps.push(app);
     url = app.url;
   });
@@ -64,17 +64,17 @@ describe("concurrent attempts with one key (the seed's third test)", () => {
   it.each([8, 64])(
     '%i concurrent requests make exactly one charge; the others are 201 replays or 409s',
     async (count) => {
-      const apiKey = `sk_test_burst_${count}`;
+      const apiKey = `sk_test_burst_${count}_${platform}`;
       const results = await burst([url], count, randomUUID(), apiKey);
       await expectExactlyOneCharge(results, apiKey);
     },
   );
 
   it('64 concurrent requests across two instances of the app sharing one database make exactly one charge', async () => {
-    const env = { DATABASE_URL: db.url, PROVIDER_DELAY_MS: '50' };
+    const env = { DATABASE_URL: db.url, PROVIDER_DELAY_MS: '50', SAMPLE_PLATFORM: platform };
     const instances = await Promise.all([spawnSampleApp(env), spawnSampleApp(env)]);
     apps.push(...instances);
-    const apiKey = 'sk_test_two_instances';
+    const apiKey = `sk_test_two_instances_${platform}`;
     const results = await burst(
       instances.map((instance) => instance.url),
       64,

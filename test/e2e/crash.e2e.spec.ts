@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { type HeldLock, holdLock } from '../support/hold-lock.js';
-import { postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
+import { PLATFORMS, postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -105,20 +105,12 @@ const scenarios: Array<[Mode, Step, Expected]> = [
 ];
 
 let db: TestDatabase;
-const survivors = new Map<Mode, RunningApp>();
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  for (const mode of ['standard', 'transactional'] as const) {
-    survivors.set(
-      mode,
-      await startSampleApp({ databaseUrl: db.url, leaseSeconds: 1, transactional: mode === 'transactional' }),
-    );
-  }
 });
 
 afterAll(async () => {
-  for (const survivor of survivors.values()) await survivor.close();
   await db?.drop();
 });
 
@@ -140,9 +132,29 @@ async function heldFor(account: string, key: string): Promise<Held> {
   return row;
 }
 
-describe('a process SIGKILLed at each step of a charge', () => {
+describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', (platform) => {
+  const survivors = new Map<Mode, RunningApp>();
+
+  beforeAll(async () => {
+    for (const mode of ['standard', 'transactional'] as const) {
+      survivors.set(
+        mode,
+        await startSampleApp({
+          databaseUrl: db.url,
+          leaseSeconds: 1,
+          transactional: mode === 'transactional',
+          platform,
+        }),
+      );
+    }
+  });
+
+  afterAll(async () => {
+    for (const survivor of survivors.values()) await survivor.close();
+  });
+
   it.each(scenarios)('%s mode, %s', async (mode, step, expected) => {
-    const account = `sk_test_crash_${mode}_${step.replace(/ /g, '_')}`;
+    const account = `sk_test_crash_${platform}_${mode}_${step.replace(/ /g, '_')}`;
     const key = randomUUID();
     const charge = { amount: 700, currency: 'eur' };
     const application = `doomed_${randomUUID().slice(0, 8)}`;
@@ -152,6 +164,7 @@ describe('a process SIGKILLed at each step of a charge', () => {
       DATABASE_URL: doomedUrl.toString(),
       IDEMPOTENCY_LEASE_SECONDS: '1',
       IDEMPOTENCY_TRANSACTIONAL: String(mode === 'transactional'),
+      SAMPLE_PLATFORM: platform,
       // After the claim, the provider call takes far longer than the test: the process dies inside it.
       PROVIDER_DELAY_MS: step === 'after the claim' ? '600000' : '0',
     });

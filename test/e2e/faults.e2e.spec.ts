@@ -16,7 +16,6 @@ import { APP_INTERCEPTOR } from '@nestjs/core';
 import { mergeMap, race, Subject, take, throwError } from 'rxjs';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
-import type { Request } from 'express';
 import pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
@@ -32,6 +31,7 @@ import { GateQueue } from '../support/gate.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { createPlatformApp, PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -45,7 +45,7 @@ const outerTimeouts = new Subject<void>();
 @Injectable()
 class OuterTimeoutInterceptor implements NestInterceptor {
   intercept(context: ExecutionContext, next: CallHandler) {
-    if (!context.switchToHttp().getRequest<Request>().header('x-outer-timeout')) return next.handle();
+    if (!context.switchToHttp().getRequest<Request>().headers['x-outer-timeout']) return next.handle();
     return race(
       next.handle(),
       outerTimeouts.pipe(
@@ -115,7 +115,7 @@ class StandardController {
   @Post('write')
   async write(@Req() req: Request) {
     const [{ id }] = await this.dataSource.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
-      req.header('idempotency-key'),
+      req.headers['idempotency-key'],
     ]);
     await passGate(req);
     return { id };
@@ -144,9 +144,6 @@ class StandardController {
 
 let db: TestDatabase;
 let proxy: TcpProxy;
-let app: INestApplication;
-let url: string;
-const logger = new RecordingLogger();
 
 beforeAll(async () => {
   db = await createTestDatabase();
@@ -155,320 +152,339 @@ beforeAll(async () => {
     'CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)',
   );
   proxy = await TcpProxy.to(db.url);
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({
-        type: 'postgres',
-        url: proxy.urlFor(db.url),
-        migrations: IdempotencyMigrations,
-        migrationsRun: true,
-        extra: { connectionTimeoutMillis: 1000 },
-      }),
-      IdempotencyModule.forRoot({
-        accountResolver: () => 'acct',
-        leaseSeconds: 1,
-        storeTimeoutSeconds: 2,
-        inFlightWaitSeconds: 2,
-        finalizeRetries: 3,
-      }),
-    ],
-    controllers: [TransactionalController, StandardController],
-    providers: [{ provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor }],
-  })
-    .setLogger(logger)
-    .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
-  await app.listen(0, '127.0.0.1');
-  url = await app.getUrl();
 });
 
 afterAll(async () => {
   proxy?.bringUp();
   // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
   gates.releaseAll();
-  await app?.close();
   await proxy?.close();
   await db?.drop();
 });
 
-const post = (path: string, key: string, body: object = {}) =>
-  request(url).post(path).set('Idempotency-Key', key).send(body);
-const rowsOf = async (key: string) =>
-  db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
-const recordOf = async (key: string) =>
-  (
-    await db.query<{ status: string; response_status: number | null }>(
-      'SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1',
-      [key],
-    )
-  )[0];
+describe.each(PLATFORMS)('on %s', (platform) => {
+  let app: INestApplication;
+  let url: string;
+  /** What the application of this platform logs. */
+  const logger = new RecordingLogger();
 
-/** Sends a request that waits at a gate inside its handler; resolves once it is there. */
-async function sendHeld(path: string, key: string, body: object = {}) {
-  const gate = holdNext();
-  const answer = post(path, key, body).then((response) => response);
-  await gate.reached;
-  return { gate, answer };
-}
-
-/** Retries until the key is no longer held by another attempt (409) or the store is back (503). */
-const retryUntilRun = (path: string, key: string, body: object = {}) =>
-  waitFor(async () => {
-    const response = await post(path, key, body);
-    return response.status === 409 || response.status === 503 ? undefined : response;
-  }, `a retry of ${path} to run`);
-
-describe('transactional mode', () => {
-  it("commits the handler's writes and the stored response together", async () => {
-    const key = randomUUID();
-    const first = await post('/tx/write', key).expect(201);
-    await expect(rowsOf(key)).resolves.toEqual([{ id: first.body.id }]);
-    await expect(recordOf(key)).resolves.toEqual({ status: 'completed', response_status: 201 });
-    const replay = await post('/tx/write', key).expect(201);
-    expect(replay.text).toBe(first.text);
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  beforeAll(async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: proxy.urlFor(db.url),
+          migrations: IdempotencyMigrations,
+          migrationsRun: true,
+          extra: { connectionTimeoutMillis: 1000 },
+        }),
+        IdempotencyModule.forRoot({
+          accountResolver: () => 'acct',
+          leaseSeconds: 1,
+          storeTimeoutSeconds: 2,
+          inFlightWaitSeconds: 2,
+          finalizeRetries: 3,
+        }),
+      ],
+      controllers: [TransactionalController, StandardController],
+      providers: [{ provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor }],
+    })
+      .setLogger(logger)
+      .compile();
+    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
+    await app.listen(0, '127.0.0.1');
+    url = await app.getUrl();
   });
 
-  it('rolls the writes back on a final error (402), and stores and replays that error', async () => {
-    const key = randomUUID();
-    await post('/tx/write', key, { fail: 'declined' }).expect(402);
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    await expect(recordOf(key)).resolves.toEqual({ status: 'completed', response_status: 402 });
-    const replay = await post('/tx/write', key, { fail: 'declined' }).expect(402);
-    expect(replay.headers['idempotent-replay']).toBe('true');
+  afterAll(async () => {
+    proxy?.bringUp();
+    // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
+    gates.releaseAll();
+    await app?.close();
   });
 
-  it('rolls the writes back and releases the claim on an unexpected error, so a retry runs again', async () => {
-    const key = randomUUID();
-    await post('/tx/write', key, { fail: 'error' }).expect(500);
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    await expect(recordOf(key)).resolves.toBeUndefined();
-  });
+  const post = (path: string, key: string, body: object = {}) =>
+    request(url).post(path).set('Idempotency-Key', key).send(body);
+  const rowsOf = async (key: string) =>
+    db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+  const recordOf = async (key: string) =>
+    (
+      await db.query<{ status: string; response_status: number | null }>(
+        'SELECT status, response_status FROM idempotency_records WHERE idempotency_key = $1',
+        [key],
+      )
+    )[0];
 
-  it("answers 503 instead of the handler's response when the commit fails, keeping nothing", async () => {
-    const key = randomUUID();
-    const response = await post('/tx/fails-at-commit', key).expect(503);
-    expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
-    expect(response.headers['retry-after']).toBe('2');
-    await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
-    await expect(recordOf(key)).resolves.toBeUndefined();
-  });
-
-  it("takes no answer given before the handler is done (an outer timeout) for its outcome: the handler's own outcome commits and replays", async () => {
-    const key = randomUUID();
+  /** Sends a request that waits at a gate inside its handler; resolves once it is there. */
+  async function sendHeld(path: string, key: string, body: object = {}) {
     const gate = holdNext();
-    const answer = request(url)
-      .post('/tx/write')
-      .set('Idempotency-Key', key)
-      .set('X-Outer-Timeout', 'yes')
-      .send({ gated: true });
-    const answered = answer.then((response) => response);
+    const answer = post(path, key, body).then((response) => response);
     await gate.reached;
-    outerTimeouts.next();
-    // The timeout's answer goes out at once, while the handler still waits at its gate, holding the key.
-    expect((await answered).status).toBe(408);
-    await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
-    await post('/tx/write', key, { gated: true }).expect(409);
-    gate.release();
-    // Once the handler is done, its own outcome (not the timeout) commits with its write, and a retry replays it.
-    await waitFor(
-      async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
-      'the outcome to be stored',
-    );
-    const rows = await rowsOf(key);
-    expect(rows).toHaveLength(1);
-    const replay = await post('/tx/write', key, { gated: true }).expect(201);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.body).toEqual({ id: rows[0].id });
-  });
+    return { gate, answer };
+  }
 
-  it('tells the handler its key, scope and a stable derived key for downstream calls', async () => {
-    const [a, b] = [randomUUID(), randomUUID()];
-    const first = await post('/tx/context', a).expect(201);
-    expect(first.body).toMatchObject({ key: a, account: 'acct', takeover: false });
-    const other = await post('/tx/context', b).expect(201);
-    expect(other.body.provider).not.toBe(first.body.provider);
-    expect(first.body.provider).toMatch(/^[A-Za-z0-9_-]{43}$/);
-  });
+  /** Retries until the key is no longer held by another attempt (409) or the store is back (503). */
+  const retryUntilRun = (path: string, key: string, body: object = {}) =>
+    waitFor(async () => {
+      const response = await post(path, key, body);
+      return response.status === 409 || response.status === 503 ? undefined : response;
+    }, `a retry of ${path} to run`);
 
-  it('tells the handler when it took the key over from an attempt whose lease lapsed, with the same derived key', async () => {
-    const key = randomUUID();
-    const fingerprint = sha256Fingerprint({
-      method: 'POST',
-      url: '/tx/context',
-      contentType: 'application/json',
-      body: Buffer.from('{}'),
+  describe('transactional mode', () => {
+    it("commits the handler's writes and the stored response together", async () => {
+      const key = randomUUID();
+      const first = await post('/tx/write', key).expect(201);
+      await expect(rowsOf(key)).resolves.toEqual([{ id: first.body.id }]);
+      await expect(recordOf(key)).resolves.toEqual({ status: 'completed', response_status: 201 });
+      const replay = await post('/tx/write', key).expect(201);
+      expect(replay.text).toBe(first.text);
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
     });
-    await db.query(
-      `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
-       VALUES ('acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
-      [key, fingerprint],
-    );
-    const takeover = await post('/tx/context', key).expect(201);
-    expect(takeover.body.takeover).toBe(true);
-    const anyAttempt = new IdempotencyRun(
-      { scope: { account: 'acct', endpoint: 'POST /tx/context', key }, attempt: randomUUID() },
-      false,
-    );
-    expect(takeover.body.provider).toBe(anyAttempt.deriveKey('provider'));
-    const fresh = await post('/tx/context', randomUUID()).expect(201);
-    expect(fresh.body.takeover).toBe(false);
-  });
-});
 
-describe('in-flight waiting (inFlight: wait)', () => {
-  it("gives a concurrent request the first attempt's outcome once it is stored, woken by its notification", async () => {
-    const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/std/wait-long', key);
-    const second = post('/std/wait-long', key).then((response) => response);
-    await waitFor(
-      async () =>
-        (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND awaited`, [key]))[0],
-      'the waiting request to mark the record awaited',
-    );
-    gate.release();
-    const [a, b] = await Promise.all([first, second]);
-    expect(a.status).toBe(201);
-    expect(b.status).toBe(201);
-    expect(b.headers['idempotent-replay']).toBe('true');
-    expect(b.text).toBe(a.text);
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
+    it('rolls the writes back on a final error (402), and stores and replays that error', async () => {
+      const key = randomUUID();
+      await post('/tx/write', key, { fail: 'declined' }).expect(402);
+      await expect(rowsOf(key)).resolves.toEqual([]);
+      await expect(recordOf(key)).resolves.toEqual({ status: 'completed', response_status: 402 });
+      const replay = await post('/tx/write', key, { fail: 'declined' }).expect(402);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+    });
 
-  it('answers 409 once the wait is over and the first attempt is still running', async () => {
-    const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/std/wait', key);
-    const second = await post('/std/wait', key).expect(409);
-    expect(second.body.error).toBe('request_in_progress');
-    gate.release();
-    expect((await first).status).toBe(201);
-  });
-});
+    it('rolls the writes back and releases the claim on an unexpected error, so a retry runs again', async () => {
+      const key = randomUUID();
+      await post('/tx/write', key, { fail: 'error' }).expect(500);
+      await expect(rowsOf(key)).resolves.toEqual([]);
+      await expect(recordOf(key)).resolves.toBeUndefined();
+    });
 
-describe('leases', () => {
-  it('are renewed while a slow handler runs: for three leases, the key never stops being held', async () => {
-    const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/std/write', key);
-    await expectHeldThroughout(db, key, 3, () => post('/std/write', key).expect(409));
-    gate.release();
-    expect((await first).status).toBe(201);
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
+    it("answers 503 instead of the handler's response when the commit fails, keeping nothing", async () => {
+      const key = randomUUID();
+      const response = await post('/tx/fails-at-commit', key).expect(503);
+      expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
+      expect(response.headers['retry-after']).toBe('2');
+      await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+      await expect(recordOf(key)).resolves.toBeUndefined();
+    });
 
-  it('stop being renewed after maxHoldSeconds; a retry takes the key over, and the hung attempt is fenced off', async () => {
-    const key = randomUUID();
-    const { gate, answer: hung } = await sendHeld('/tx/hung', key);
-    const taker = await retryUntilRun('/tx/hung', key);
-    expect(taker.status).toBe(201);
-
-    gate.release();
-    const late = await hung;
-    // The hung attempt cannot store its outcome: its client is told to retry, and its writes are rolled back.
-    expect(late.status).toBe(409);
-    await expect(rowsOf(key)).resolves.toEqual([{ id: taker.body.id }]);
-    const replay = await post('/tx/hung', key).expect(201);
-    expect(replay.body).toEqual(taker.body);
-    expect(logger.warnings).toContain(
-      `WARN [Idempotency] The handler of key "${key}" of POST /tx/hung has run past maxHoldSeconds (1 s): its lease is no ` +
-        'longer renewed, and a retry may take the key over once it lapses; its transaction is cut (rolled back), so that ' +
-        'its row locks do not block the retry.',
-    );
-  });
-
-  it('fence off a hung attempt in standard mode too: it answers 409, not its own unstored answer', async () => {
-    const key = randomUUID();
-    const { gate, answer: hung } = await sendHeld('/std/hung', key);
-    const taker = await retryUntilRun('/std/hung', key);
-    expect(taker.status).toBe(201);
-
-    gate.release();
-    const late = await hung;
-    expect(late.status).toBe(409);
-    expect(late.body.error).toBe('request_in_progress');
-    const replay = await post('/std/hung', key).expect(201);
-    expect(replay.body).toEqual(taker.body);
-  });
-});
-
-describe('when the database goes away', () => {
-  afterEach(() => proxy.bringUp());
-
-  it('refuses requests with 503 at the claim without running the handler, and recovers by itself', async () => {
-    const key = randomUUID();
-    proxy.takeDown();
-    const refused = await post('/std/write', key).expect(503);
-    expect(refused.body.error).toBe('idempotency_store_unavailable');
-    expect(refused.headers['retry-after']).toBe('2');
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    proxy.bringUp();
-    await retryUntilRun('/std/write', key);
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
-
-  it('still answers when it is lost after the work (standard mode), and stores the outcome once it is back', async () => {
-    const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/std/write', key);
-    proxy.takeDown();
-    gate.release();
-    const answered = await first;
-    expect(answered.status).toBe(201);
-    proxy.bringUp();
-    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the finalize retry');
-    const replay = await post('/std/write', key).expect(201);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.text).toBe(answered.text);
-  });
-
-  it('gives up finalizing after finalizeRetries, says so, and the key runs again once its lease lapses', async () => {
-    const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/std/write', key);
-    proxy.takeDown();
-    gate.release();
-    expect((await first).status).toBe(201);
-    const gaveUp =
-      `ERROR [Idempotency] Gave up finalizing key "${key}" of POST /std/write after 3 retries (Error: Connection terminated ` +
-      'unexpectedly). The key stays in progress: retries get 409 until its lease lapses, then the first one runs the handler again.';
-    await waitFor(async () => (logger.errors.includes(gaveUp) ? true : undefined), 'the finalize to give up');
-    proxy.bringUp();
-    await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
-    const rerun = await retryUntilRun('/std/write', key);
-    expect(rerun.status).toBe(201);
-    expect(rerun.headers['idempotent-replay']).toBeUndefined();
-    await expect(rowsOf(key)).resolves.toHaveLength(2);
-  });
-
-  it('answers 503 within bounds when the outcome cannot be written in the transaction, and keeps nothing', async () => {
-    const key = randomUUID();
-    const { gate, answer } = await sendHeld('/tx/write', key, { gated: true });
-    // Another session holds the record: the outcome's UPDATE, then the rollback behind it, stall.
-    const locker = new pg.Client({ connectionString: db.url });
-    await locker.connect();
-    await locker.query('BEGIN');
-    await locker.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [key]);
-    try {
+    it("takes no answer given before the handler is done (an outer timeout) for its outcome: the handler's own outcome commits and replays", async () => {
+      const key = randomUUID();
+      const gate = holdNext();
+      const answer = request(url)
+        .post('/tx/write')
+        .set('Idempotency-Key', key)
+        .set('X-Outer-Timeout', 'yes')
+        .send({ gated: true });
+      const answered = answer.then((response) => response);
+      await gate.reached;
+      outerTimeouts.next();
+      // The timeout's answer goes out at once, while the handler still waits at its gate, holding the key.
+      expect((await answered).status).toBe(408);
+      await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
+      await post('/tx/write', key, { gated: true }).expect(409);
       gate.release();
-      const refused = await answer;
-      expect(refused.status).toBe(503);
-      expect(refused.body.error).toBe('idempotency_store_unavailable');
-    } finally {
-      await locker.query('ROLLBACK');
-      await locker.end();
-    }
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+      // Once the handler is done, its own outcome (not the timeout) commits with its write, and a retry replays it.
+      await waitFor(
+        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
+        'the outcome to be stored',
+      );
+      const rows = await rowsOf(key);
+      expect(rows).toHaveLength(1);
+      const replay = await post('/tx/write', key, { gated: true }).expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.body).toEqual({ id: rows[0].id });
+    });
+
+    it('tells the handler its key, scope and a stable derived key for downstream calls', async () => {
+      const [a, b] = [randomUUID(), randomUUID()];
+      const first = await post('/tx/context', a).expect(201);
+      expect(first.body).toMatchObject({ key: a, account: 'acct', takeover: false });
+      const other = await post('/tx/context', b).expect(201);
+      expect(other.body.provider).not.toBe(first.body.provider);
+      expect(first.body.provider).toMatch(/^[A-Za-z0-9_-]{43}$/);
+    });
+
+    it('tells the handler when it took the key over from an attempt whose lease lapsed, with the same derived key', async () => {
+      const key = randomUUID();
+      const fingerprint = sha256Fingerprint({
+        method: 'POST',
+        url: '/tx/context',
+        contentType: 'application/json',
+        body: Buffer.from('{}'),
+      });
+      await db.query(
+        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
+       VALUES ('acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
+        [key, fingerprint],
+      );
+      const takeover = await post('/tx/context', key).expect(201);
+      expect(takeover.body.takeover).toBe(true);
+      const anyAttempt = new IdempotencyRun(
+        { scope: { account: 'acct', endpoint: 'POST /tx/context', key }, attempt: randomUUID() },
+        false,
+      );
+      expect(takeover.body.provider).toBe(anyAttempt.deriveKey('provider'));
+      const fresh = await post('/tx/context', randomUUID()).expect(201);
+      expect(fresh.body.takeover).toBe(false);
+    });
   });
 
-  it('answers 503 in transactional mode when it is lost before the commit, keeping nothing; the retry runs once', async () => {
-    const key = randomUUID();
-    const { gate, answer: first } = await sendHeld('/tx/write', key, { gated: true });
-    proxy.takeDown();
-    gate.release();
-    const refused = await first;
-    expect(refused.status).toBe(503);
-    proxy.bringUp();
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    const retry = await retryUntilRun('/tx/write', key, { gated: true });
-    expect(retry.status).toBe(201);
-    await expect(rowsOf(key)).resolves.toEqual([{ id: retry.body.id }]);
+  describe('in-flight waiting (inFlight: wait)', () => {
+    it("gives a concurrent request the first attempt's outcome once it is stored, woken by its notification", async () => {
+      const key = randomUUID();
+      const { gate, answer: first } = await sendHeld('/std/wait-long', key);
+      const second = post('/std/wait-long', key).then((response) => response);
+      await waitFor(
+        async () =>
+          (await db.query(`SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND awaited`, [key]))[0],
+        'the waiting request to mark the record awaited',
+      );
+      gate.release();
+      const [a, b] = await Promise.all([first, second]);
+      expect(a.status).toBe(201);
+      expect(b.status).toBe(201);
+      expect(b.headers['idempotent-replay']).toBe('true');
+      expect(b.text).toBe(a.text);
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    });
+
+    it('answers 409 once the wait is over and the first attempt is still running', async () => {
+      const key = randomUUID();
+      const { gate, answer: first } = await sendHeld('/std/wait', key);
+      const second = await post('/std/wait', key).expect(409);
+      expect(second.body.error).toBe('request_in_progress');
+      gate.release();
+      expect((await first).status).toBe(201);
+    });
+  });
+
+  describe('leases', () => {
+    it('are renewed while a slow handler runs: for three leases, the key never stops being held', async () => {
+      const key = randomUUID();
+      const { gate, answer: first } = await sendHeld('/std/write', key);
+      await expectHeldThroughout(db, key, 3, () => post('/std/write', key).expect(409));
+      gate.release();
+      expect((await first).status).toBe(201);
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    });
+
+    it('stop being renewed after maxHoldSeconds; a retry takes the key over, and the hung attempt is fenced off', async () => {
+      const key = randomUUID();
+      const { gate, answer: hung } = await sendHeld('/tx/hung', key);
+      const taker = await retryUntilRun('/tx/hung', key);
+      expect(taker.status).toBe(201);
+
+      gate.release();
+      const late = await hung;
+      // The hung attempt cannot store its outcome: its client is told to retry, and its writes are rolled back.
+      expect(late.status).toBe(409);
+      await expect(rowsOf(key)).resolves.toEqual([{ id: taker.body.id }]);
+      const replay = await post('/tx/hung', key).expect(201);
+      expect(replay.body).toEqual(taker.body);
+      expect(logger.warnings).toContain(
+        `WARN [Idempotency] The handler of key "${key}" of POST /tx/hung has run past maxHoldSeconds (1 s): its lease is no ` +
+          'longer renewed, and a retry may take the key over once it lapses; its transaction is cut (rolled back), so that ' +
+          'its row locks do not block the retry.',
+      );
+    });
+
+    it('fence off a hung attempt in standard mode too: it answers 409, not its own unstored answer', async () => {
+      const key = randomUUID();
+      const { gate, answer: hung } = await sendHeld('/std/hung', key);
+      const taker = await retryUntilRun('/std/hung', key);
+      expect(taker.status).toBe(201);
+
+      gate.release();
+      const late = await hung;
+      expect(late.status).toBe(409);
+      expect(late.body.error).toBe('request_in_progress');
+      const replay = await post('/std/hung', key).expect(201);
+      expect(replay.body).toEqual(taker.body);
+    });
+  });
+
+  describe('when the database goes away', () => {
+    afterEach(() => proxy.bringUp());
+
+    it('refuses requests with 503 at the claim without running the handler, and recovers by itself', async () => {
+      const key = randomUUID();
+      proxy.takeDown();
+      const refused = await post('/std/write', key).expect(503);
+      expect(refused.body.error).toBe('idempotency_store_unavailable');
+      expect(refused.headers['retry-after']).toBe('2');
+      await expect(rowsOf(key)).resolves.toEqual([]);
+      proxy.bringUp();
+      await retryUntilRun('/std/write', key);
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    });
+
+    it('still answers when it is lost after the work (standard mode), and stores the outcome once it is back', async () => {
+      const key = randomUUID();
+      const { gate, answer: first } = await sendHeld('/std/write', key);
+      proxy.takeDown();
+      gate.release();
+      const answered = await first;
+      expect(answered.status).toBe(201);
+      proxy.bringUp();
+      await waitFor(
+        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
+        'the finalize retry',
+      );
+      const replay = await post('/std/write', key).expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(answered.text);
+    });
+
+    it('gives up finalizing after finalizeRetries, says so, and the key runs again once its lease lapses', async () => {
+      const key = randomUUID();
+      const { gate, answer: first } = await sendHeld('/std/write', key);
+      proxy.takeDown();
+      gate.release();
+      expect((await first).status).toBe(201);
+      const gaveUp =
+        `ERROR [Idempotency] Gave up finalizing key "${key}" of POST /std/write after 3 retries (Error: Connection terminated ` +
+        'unexpectedly). The key stays in progress: retries get 409 until its lease lapses, then the first one runs the handler again.';
+      await waitFor(async () => (logger.errors.includes(gaveUp) ? true : undefined), 'the finalize to give up');
+      proxy.bringUp();
+      await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
+      const rerun = await retryUntilRun('/std/write', key);
+      expect(rerun.status).toBe(201);
+      expect(rerun.headers['idempotent-replay']).toBeUndefined();
+      await expect(rowsOf(key)).resolves.toHaveLength(2);
+    });
+
+    it('answers 503 within bounds when the outcome cannot be written in the transaction, and keeps nothing', async () => {
+      const key = randomUUID();
+      const { gate, answer } = await sendHeld('/tx/write', key, { gated: true });
+      // Another session holds the record: the outcome's UPDATE, then the rollback behind it, stall.
+      const locker = new pg.Client({ connectionString: db.url });
+      await locker.connect();
+      await locker.query('BEGIN');
+      await locker.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [key]);
+      try {
+        gate.release();
+        const refused = await answer;
+        expect(refused.status).toBe(503);
+        expect(refused.body.error).toBe('idempotency_store_unavailable');
+      } finally {
+        await locker.query('ROLLBACK');
+        await locker.end();
+      }
+      await expect(rowsOf(key)).resolves.toEqual([]);
+      await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    });
+
+    it('answers 503 in transactional mode when it is lost before the commit, keeping nothing; the retry runs once', async () => {
+      const key = randomUUID();
+      const { gate, answer: first } = await sendHeld('/tx/write', key, { gated: true });
+      proxy.takeDown();
+      gate.release();
+      const refused = await first;
+      expect(refused.status).toBe(503);
+      proxy.bringUp();
+      await expect(rowsOf(key)).resolves.toEqual([]);
+      const retry = await retryUntilRun('/tx/write', key, { gated: true });
+      expect(retry.status).toBe(201);
+      await expect(rowsOf(key)).resolves.toEqual([{ id: retry.body.id }]);
+    });
   });
 });

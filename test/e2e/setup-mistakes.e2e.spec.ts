@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -146,16 +147,53 @@ describe('the raw body', () => {
   });
 });
 
-describe('Fastify', () => {
-  it('refuses to start, saying that only @nestjs/platform-express is supported for now', async () => {
+describe('the platform', () => {
+  it('starts on Fastify created with rawBody: true, and fingerprints its raw body', async () => {
     const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), {
       rawBody: true,
       logger,
     });
+    await app.init();
+    await app.getHttpAdapter().getInstance().ready();
+    try {
+      const key = randomUUID();
+      const send = (body: string) =>
+        request(app.getHttpServer())
+          .post('/charges')
+          .set('Idempotency-Key', key)
+          .set('Content-Type', 'application/json')
+          .send(body);
+      const first = await send('{"amount":1}').expect(201);
+      const replay = await send('{"amount":1}').expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(first.text);
+      // The same JSON spelled otherwise: other bytes, another request.
+      expect((await send('{ "amount": 1 }').expect(422)).body.error).toBe('idempotency_key_reuse');
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('refuses to start on Fastify without rawBody: true, naming the setting for Fastify', async () => {
+    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), { logger });
     await expectRefusal(
       app,
-      /supports only the Express platform \(@nestjs\/platform-express\) for now, and this application runs on fastify/,
+      /created without `rawBody: true`: .*`NestFactory\.create\(AppModule, new FastifyAdapter\(\), \{ rawBody: true \}\)`/,
     );
+  });
+
+  it('refuses to start on a platform other than Express and Fastify', async () => {
+    /** An adapter of a platform the module does not know (Express underneath, so that Nest can start it). */
+    class KoaLikeAdapter extends ExpressAdapter {
+      override getType(): string {
+        return 'koa';
+      }
+    }
+    const app = (await compile({ singleTenant: true })).createNestApplication(new KoaLikeAdapter(), {
+      rawBody: true,
+      logger,
+    });
+    await expectRefusal(app, /supports the Express and Fastify platforms .* and this application runs on koa/);
   });
 });
 
@@ -169,7 +207,16 @@ describe('an application without idempotent routes', () => {
 
   it.each([
     ['on Express without rawBody: true', () => undefined],
-    ['on Fastify', () => new FastifyAdapter()],
+    ['on Fastify without rawBody: true', () => new FastifyAdapter()],
+    [
+      'on a platform the module does not serve',
+      () =>
+        new (class extends ExpressAdapter {
+          override getType(): string {
+            return 'koa';
+          }
+        })(),
+    ],
   ])('starts %s, and execute() works', async (_, adapter) => {
     const moduleRef = await compileWithoutRoutes();
     const platform = adapter();

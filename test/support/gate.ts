@@ -1,4 +1,7 @@
-import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
+
+/** A request of either platform (Express's, Fastify's): both tell their socket. */
+type RequestWithSocket = { socket: Socket };
 
 /** A gate a handler waits at until the test opens it; it also tells when the handler's client has gone. */
 export class Gate {
@@ -9,7 +12,7 @@ export class Gate {
   readonly reached = new Promise<void>((resolve) => (this.arrived = resolve));
   readonly clientGone = new Promise<void>((resolve) => (this.gone = resolve));
 
-  async pass(request?: IncomingMessage): Promise<void> {
+  async pass(request?: RequestWithSocket): Promise<void> {
     request?.socket.once('close', () => this.gone());
     this.arrived();
     await this.opened;
@@ -34,7 +37,7 @@ export class GateQueue {
     return this.next;
   }
 
-  pass(request?: IncomingMessage): Promise<void> | undefined {
+  pass(request?: RequestWithSocket): Promise<void> | undefined {
     const gate = this.next;
     this.next = undefined;
     return gate?.pass(request);

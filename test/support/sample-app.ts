@@ -1,11 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
-import type { NestExpressApplication } from '@nestjs/platform-express';
+import type { INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { createSampleApp, type SampleAppOptions } from '../../sample-app/create-sample-app.js';
 import type { SampleConfig } from '../../sample-app/sample-config.js';
 import { RecordingLogger } from './recording-logger.js';
+
+export { PLATFORMS, type Platform } from './platforms.js';
 
 export interface RunningApp {
   url: string;
@@ -21,11 +23,11 @@ export const BOB = 'sk_test_bob';
  */
 export const sampleAppLogger = new RecordingLogger();
 
-/** The sample app in this process, listening on a free loopback port. */
+/** The sample app in this process, listening on a free loopback port (on Express unless `config.platform` says). */
 export async function startSampleApp(
   config: Partial<SampleConfig> & Pick<SampleConfig, 'databaseUrl'>,
   options: SampleAppOptions = {},
-): Promise<RunningApp & { app: NestExpressApplication }> {
+): Promise<RunningApp & { app: INestApplication }> {
   const app = await createSampleApp(
     {
       port: 0,
@@ -37,6 +39,7 @@ export async function startSampleApp(
       shutdownTimeoutSeconds: 10,
       payoutWorker: false,
       payoutPollMs: 500,
+      platform: 'express',
       ...config,
     },
     { logger: sampleAppLogger, ...options },
@@ -47,7 +50,7 @@ export async function startSampleApp(
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-/** The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL). */
+/** The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL); `SAMPLE_PLATFORM` in `env` picks its platform. */
 export function spawnSampleApp(env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
   return spawnTypeScriptServer('sample-app/main.ts', env);
 }

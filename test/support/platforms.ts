@@ -1,0 +1,37 @@
+import type { IncomingHttpHeaders } from 'node:http';
+import type { Socket } from 'node:net';
+import type { INestApplication, NestApplicationOptions } from '@nestjs/common';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
+import type { TestingModule } from '@nestjs/testing';
+
+/** The HTTP platforms the module serves; e2e suites of the HTTP edge run on each. */
+export const PLATFORMS = ['express', 'fastify'] as const;
+export type Platform = (typeof PLATFORMS)[number];
+
+/** The application of `moduleRef` on `platform`: Nest's default Express, or Fastify. */
+export function createPlatformApp(
+  moduleRef: TestingModule,
+  platform: Platform,
+  options: NestApplicationOptions,
+): INestApplication {
+  return platform === 'fastify'
+    ? moduleRef.createNestApplication(new FastifyAdapter(), options)
+    : moduleRef.createNestApplication(options);
+}
+
+/**
+ * What Express's response and Fastify's reply have in common, for handlers that take their response (`@Res()`):
+ * `send` sends an object as JSON on both.
+ */
+export interface PlatformResponse {
+  status(code: number): this;
+  header(name: string, value: string): this;
+  type(contentType: string): this;
+  send(body?: unknown): this;
+}
+
+/** What Express's request and Fastify's request have in common, for handlers that take theirs (`@Req()`). */
+export interface PlatformRequest {
+  socket: Socket;
+  headers: IncomingHttpHeaders;
+}
