@@ -26,6 +26,7 @@ export {
   IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,
   IdempotencyError,
+  type IdempotencyErrorCode,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,

@@ -7,6 +7,7 @@ import type { FingerprintInput } from '../protocol/idempotency-options.interface
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { HttpRequest, HttpResponse } from './http-platform.js';
 import { sendSealed } from './response-capture.js';
+import { httpBodyOf, httpStatusOf } from './http-errors.js';
 
 /** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */
 const RAW_BODY_MEDIA_TYPES: ReadonlySet<string> = new Set(['application/json', 'application/x-www-form-urlencoded']);
@@ -78,5 +79,5 @@ export function sendReplay(response: HttpResponse, stored: StoredResponse, repla
 export function errorResponse(error: IdempotencyError): StoredResponse {
   const headers: Record<string, string> = { 'content-type': 'application/json; charset=utf-8' };
   if (error.retryAfterSeconds !== undefined) headers['retry-after'] = String(Math.ceil(error.retryAfterSeconds));
-  return { status: error.getStatus(), headers, body: Buffer.from(JSON.stringify(error.getResponse())) };
+  return { status: httpStatusOf(error), headers, body: Buffer.from(JSON.stringify(httpBodyOf(error))) };
 }

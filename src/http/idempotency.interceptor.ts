@@ -29,6 +29,7 @@ import {
 } from '../protocol/idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import { runWithin } from '../protocol/current-run.js';
+import { httpExceptionFor } from './http-errors.js';
 import { endpointOf, errorResponse, fingerprintInputOf, sendReplay, setRetryAfter } from './idempotency-http.js';
 import {
   type HttpPlatform,
@@ -130,7 +131,14 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     if (isSupportedHttpPlatform(platform)) this.platform = httpPlatformFor(platform);
   }
 
-  async intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
+  /** The module's refusals reach Nest's exception filters as `HttpException`s (their `cause`, the refusal). */
+  intercept(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
+    return this.interceptIdempotent(context, next).catch((error: unknown) => {
+      throw error instanceof IdempotencyError ? httpExceptionFor(error) : error;
+    });
+  }
+
+  private async interceptIdempotent(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
     const plan = context.getType() === 'http' ? this.planFor(context) : null;
     if (!plan) return next.handle();
     const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));

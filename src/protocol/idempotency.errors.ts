@@ -1,17 +1,28 @@
-import { HttpException, HttpStatus } from '@nestjs/common';
+/** The stable, machine-readable codes of the module's refusals. */
+export type IdempotencyErrorCode =
+  | 'idempotency_key_required'
+  | 'idempotency_key_invalid'
+  | 'idempotency_body_unsupported'
+  | 'idempotency_misconfigured'
+  | 'idempotency_account_unresolved'
+  | 'idempotency_key_reuse'
+  | 'request_in_progress'
+  | 'idempotency_store_unavailable'
+  | 'idempotency_shutting_down';
 
 /**
- * An error the module answers with: JSON `{ statusCode, error, message }` where `error` is a stable
- * machine-readable code. `retryAfterSeconds`, when set, is sent as `Retry-After`.
+ * A refusal of the module: a stable `code`, a human message, and, when retrying later may succeed, how long to wait.
+ * Protocol-neutral: each edge renders it (HTTP: a status, JSON `{ statusCode, error, message }` and `Retry-After`, see
+ * `src/http/http-errors.ts`); `IdempotencyService.execute()` throws it as it is.
  */
-export class IdempotencyError extends HttpException {
+export class IdempotencyError extends Error {
   constructor(
-    readonly code: string,
+    readonly code: IdempotencyErrorCode,
     message: string,
-    status: HttpStatus,
     readonly retryAfterSeconds?: number,
   ) {
-    super({ statusCode: status, error: code, message }, status);
+    super(message);
+    this.name = new.target.name;
   }
 }
 
@@ -20,14 +31,13 @@ export class IdempotencyKeyRequiredError extends IdempotencyError {
     super(
       'idempotency_key_required',
       `This endpoint requires an ${headerName} header: send a unique key per operation and reuse it on every retry.`,
-      HttpStatus.BAD_REQUEST,
     );
   }
 }
 
 export class IdempotencyKeyInvalidError extends IdempotencyError {
   constructor(headerName: string, reason: string) {
-    super('idempotency_key_invalid', `The ${headerName} header is invalid: ${reason}.`, HttpStatus.BAD_REQUEST);
+    super('idempotency_key_invalid', `The ${headerName} header is invalid: ${reason}.`);
   }
 }
 
@@ -37,7 +47,6 @@ export class IdempotencyBodyUnavailableError extends IdempotencyError {
       'idempotency_body_unsupported',
       `The body of this request (${contentType || 'sent without a Content-Type'}) cannot be fingerprinted for idempotency: ` +
         'send it as application/json or application/x-www-form-urlencoded.',
-      HttpStatus.UNSUPPORTED_MEDIA_TYPE,
     );
   }
 }
@@ -52,7 +61,6 @@ export class IdempotencyMisconfiguredError extends IdempotencyError {
       'idempotency_misconfigured',
       'This server is misconfigured for idempotent requests, so the request was not processed. ' +
         'Retrying will not help until the server is fixed.',
-      HttpStatus.INTERNAL_SERVER_ERROR,
     );
   }
 }
@@ -63,7 +71,6 @@ export class IdempotencyAccountUnresolvedError extends IdempotencyError {
     super(
       'idempotency_account_unresolved',
       'This server could not tell which account the request belongs to, so the request was not processed.',
-      HttpStatus.INTERNAL_SERVER_ERROR,
     );
   }
 }
@@ -84,7 +91,6 @@ export class IdempotencyKeyReuseError extends IdempotencyError {
     super(
       'idempotency_key_reuse',
       `This ${terms.key} was already used with a different ${terms.usedWith}. Use a new key for a new operation.`,
-      HttpStatus.UNPROCESSABLE_ENTITY,
     );
   }
 }
@@ -95,7 +101,6 @@ export class RequestInProgressError extends IdempotencyError {
       'request_in_progress',
       `Another attempt with this ${terms.key} is still being processed. Retry after ${retryAfterSeconds} s to ` +
         'receive its outcome.',
-      HttpStatus.CONFLICT,
       retryAfterSeconds,
     );
   }
@@ -106,7 +111,6 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
     super(
       'idempotency_store_unavailable',
       'The idempotency store could not be reached, so the request was not processed. Retry with the same key.',
-      HttpStatus.SERVICE_UNAVAILABLE,
       retryAfterSeconds,
     );
   }
@@ -117,7 +121,6 @@ export class IdempotencyShuttingDownError extends IdempotencyError {
     super(
       'idempotency_shutting_down',
       'This server is shutting down and takes no new idempotent requests. Retry with the same key.',
-      HttpStatus.SERVICE_UNAVAILABLE,
       retryAfterSeconds,
     );
   }

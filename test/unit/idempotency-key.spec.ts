@@ -1,4 +1,5 @@
 import { IdempotencyKeyInvalidError } from '../../src/index.js';
+import { httpBodyOf, httpStatusOf } from '../../src/http/http-errors.js';
 import { parseIdempotencyKey } from '../../src/http/idempotency-key.js';
 
 const parse = (value: string | string[] | undefined) => parseIdempotencyKey(value, 'Idempotency-Key');
@@ -42,8 +43,9 @@ describe('parseIdempotencyKey', () => {
     }
     expect(error).toBeInstanceOf(IdempotencyKeyInvalidError);
     const invalid = error as IdempotencyKeyInvalidError;
-    expect(invalid.getStatus()).toBe(400);
-    expect(invalid.getResponse()).toMatchObject({
+    expect(httpStatusOf(invalid)).toBe(400);
+    expect(httpBodyOf(invalid)).toMatchObject({
+      statusCode: 400,
       error: 'idempotency_key_invalid',
       message: expect.stringContaining(reason),
     });
