@@ -306,7 +306,8 @@ async function main(): Promise<void> {
   const apps: Partial<Record<Config['target'], RunningApp>> = {};
   try {
     for (const target of targets) apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', env[target]());
-    console.log(`Seeding ${SCALE_RECORDS.toLocaleString('en')} records and ${REPLAY_KEYS} completed keys…`);
+    const records = databases.large ? `${SCALE_RECORDS.toLocaleString('en')} records and ` : '';
+    console.log(`Seeding ${records}${REPLAY_KEYS} completed keys per platform…`);
     if (databases.large) await seedLargeTable(databases.large);
     if (apps.empty) await seedReplayKeys(apps.empty, 'express');
     if (apps.fastify) await seedReplayKeys(apps.fastify, 'fastify');
