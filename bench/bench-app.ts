@@ -2,10 +2,11 @@ import 'reflect-metadata';
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import type { NestExpressApplication } from '@nestjs/platform-express';
+import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
 import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
+import { PLATFORMS, type Platform } from '../test/support/platforms.js';
 
 class CreateBenchCharges1764633600002 implements MigrationInterface {
   name = 'CreateBenchCharges1764633600002';
@@ -83,9 +84,22 @@ class BenchController {
 })
 class BenchModule {}
 
+/** BENCH_PLATFORM: the HTTP platform the app runs on, Nest's default Express (the default) or Fastify. */
+function platformFromEnv(): Platform {
+  const raw = process.env.BENCH_PLATFORM || 'express';
+  if (!(PLATFORMS as readonly string[]).includes(raw))
+    throw new Error(`BENCH_PLATFORM must be one of ${PLATFORMS.join(', ')}, got ${JSON.stringify(raw)}`);
+  return raw as Platform;
+}
+
 /** The bench app, in a process of its own so that the load generator does not share its event loop. */
 async function main(): Promise<void> {
-  const app = await NestFactory.create<NestExpressApplication>(BenchModule, { rawBody: true, logger: ['error'] });
+  // The fingerprint hashes the body bytes as received: `rawBody: true` on either platform.
+  const options = { rawBody: true, logger: ['error' as const] };
+  const app =
+    platformFromEnv() === 'fastify'
+      ? await NestFactory.create(BenchModule, new FastifyAdapter(), options)
+      : await NestFactory.create(BenchModule, options);
   await app.listen(0, '127.0.0.1');
   console.log(`bench app listening on port ${new URL(await app.getUrl()).port}`);
   const stop = () => void app.close().then(() => process.exit(0));

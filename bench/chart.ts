@@ -5,14 +5,17 @@ const LABEL = 300;
 const BAR = 420;
 const escape = (text: string) => text.replace(/&/g, '&amp;').replace(/</g, '&lt;');
 
-/** Two bar charts in one SVG: throughput and p99 latency per configuration and concurrency. */
+/** Two bar charts in one SVG: throughput and p99 latency per configuration, concurrency and platform. */
 export function renderChart(results: BenchResult[]): string {
   const panel = (title: string, value: (r: BenchResult) => number, unit: string, top: number) => {
     const max = Math.max(...results.map(value), 1);
     const bars = results.map((r, i) => {
       const y = top + 30 + i * ROW;
       const width = Math.max(1, (value(r) / max) * BAR);
-      const fill = r.name === 'baseline' ? '#8a94a6' : r.name.startsWith('transactional') ? '#2f6fbf' : '#1f9d6b';
+      // Fastify's rows in lighter shades of Express's colours.
+      const [baseline, transactional, standard] =
+        r.platform === 'fastify' ? ['#c3c9d4', '#8fb3e3', '#86d3b3'] : ['#8a94a6', '#2f6fbf', '#1f9d6b'];
+      const fill = r.name === 'baseline' ? baseline : r.name.startsWith('transactional') ? transactional : standard;
       return (
         `<text x="${LABEL - 8}" y="${y + 15}" text-anchor="end">${escape(r.config)}</text>` +
         `<rect x="${LABEL}" y="${y + 3}" width="${width.toFixed(1)}" height="${ROW - 6}" fill="${fill}"/>` +

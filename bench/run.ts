@@ -6,7 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
 import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sample-app/embedded-database.js';
-import { type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
+import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
 import { renderChart } from './chart.js';
 
@@ -20,6 +20,17 @@ const SCALE_RECORDS = Number(process.env.BENCH_SCALE_RECORDS ?? 1_000_000);
 const REPLAY_KEYS = 500;
 const CONCURRENCY = [1, 8, 64, 256];
 
+/** BENCH_PLATFORMS: which platforms' rows to measure, a comma-separated list (default both: `express,fastify`). */
+function platformsFromEnv(): Platform[] {
+  const raw = process.env.BENCH_PLATFORMS || PLATFORMS.join(',');
+  const platforms = raw.split(',').map((platform) => platform.trim());
+  for (const platform of platforms)
+    if (!(PLATFORMS as readonly string[]).includes(platform))
+      throw new Error(`BENCH_PLATFORMS must list some of ${PLATFORMS.join(', ')}, got ${JSON.stringify(raw)}`);
+  return PLATFORMS.filter((platform) => platforms.includes(platform));
+}
+const MEASURED_PLATFORMS = platformsFromEnv();
+
 type Keys = 'none' | 'new' | 'completed' | 'one';
 interface Config {
   name: string;
@@ -27,18 +38,23 @@ interface Config {
   connections: number;
   keys: Keys;
   /**
-   * Which app: on an empty records table, the same without its replay cache, or on a table holding
-   * SCALE_RECORDS records.
+   * Which app: on Express, on an empty records table, the same without its replay cache, or on a table holding
+   * SCALE_RECORDS records; or on Fastify, on the same database as the first.
    */
-  target: 'empty' | 'uncached' | 'large';
-  /** The baseline it is compared with. */
+  target: 'empty' | 'uncached' | 'large' | 'fastify';
+  platform: Platform;
+  /** The baseline it is compared with: its own platform's. */
   baseline: string;
 }
 
-const id = (config: Pick<Config, 'name' | 'connections'>) => `${config.name} @${config.connections}`;
-const configs: Config[] = [
+/** Express's rows keep their names; another platform's are prefixed with it ("fastify: baseline @64"). */
+const id = (config: Pick<Config, 'name' | 'connections' | 'platform'>) =>
+  `${config.platform === 'express' ? '' : `${config.platform}: `}${config.name} @${config.connections}`;
+
+/** The rows measured on Express (their platform is added below). */
+const expressConfigs: Omit<Config, 'platform'>[] = [
   ...CONCURRENCY.flatMap((connections) => {
-    const baseline = id({ name: 'baseline', connections });
+    const baseline = id({ name: 'baseline', connections, platform: 'express' });
     return [
       { name: 'baseline', path: '/bench/baseline', connections, keys: 'none', target: 'empty', baseline },
       { name: 'standard, new keys', path: '/bench/standard', connections, keys: 'new', target: 'empty', baseline },
@@ -60,10 +76,10 @@ const configs: Config[] = [
               keys: 'new',
               target: 'large',
               baseline,
-            } satisfies Config,
+            } satisfies Omit<Config, 'platform'>,
           ]
         : []),
-    ] satisfies Config[];
+    ] satisfies Omit<Config, 'platform'>[];
   }),
   {
     name: 'replays',
@@ -91,6 +107,33 @@ const configs: Config[] = [
   },
 ];
 
+/**
+ * The same routes on Fastify, at 64 connections, each compared with the Fastify baseline; the "vs express" column
+ * compares each with the same configuration on Express (the Fastify baseline with the Express one).
+ */
+const fastifyBaseline = id({ name: 'baseline', connections: 64, platform: 'fastify' });
+const fastifyConfigs: Config[] = (
+  [
+    { name: 'baseline', path: '/bench/baseline', keys: 'none' },
+    { name: 'standard, new keys', path: '/bench/standard', keys: 'new' },
+    { name: 'transactional, new keys', path: '/bench/transactional', keys: 'new' },
+    { name: 'replays', path: '/bench/standard', keys: 'completed' },
+  ] satisfies Pick<Config, 'name' | 'path' | 'keys'>[]
+).map((config) => ({
+  ...config,
+  connections: 64,
+  target: 'fastify',
+  platform: 'fastify',
+  baseline: fastifyBaseline,
+}));
+
+const configs: Config[] = [
+  ...(MEASURED_PLATFORMS.includes('express')
+    ? expressConfigs.map((config) => ({ ...config, platform: 'express' as const }))
+    : []),
+  ...(MEASURED_PLATFORMS.includes('fastify') ? fastifyConfigs : []),
+];
+
 interface Measure {
   requestsPerSecond: number;
   p50: number;
@@ -104,7 +147,11 @@ export interface BenchResult extends Measure {
   config: string;
   name: string;
   connections: number;
+  platform: Platform;
+  /** To the baseline of its platform (at the same concurrency, or at 64). */
   ratio: number;
+  /** A Fastify row's to the same configuration on Express; null on Express's rows, or when it was not measured. */
+  ratioToExpress: number | null;
 }
 
 async function measure(app: RunningApp, config: Config, round: number, seconds = SECONDS): Promise<Measure> {
@@ -113,7 +160,7 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
   const keyFor: Record<Keys, () => string | undefined> = {
     none: () => undefined,
     new: () => randomUUID(),
-    completed: () => `replay-${sent++ % REPLAY_KEYS}`,
+    completed: () => `replay-${config.platform}-${sent++ % REPLAY_KEYS}`,
     one: () => oneKey,
   };
   const result = await autocannon({
@@ -147,14 +194,18 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
   };
 }
 
-/** Completed keys for the replay configuration: the same body as the measured requests, so they replay. */
-async function seedReplayKeys(app: RunningApp): Promise<void> {
+/**
+ * Completed keys for the replay configurations: the same body as the measured requests, so they replay. Each
+ * platform's app completes its own keys (`replay-<platform>-<n>`), so that its replays come from its replay cache
+ * and carry the outcomes it stored.
+ */
+async function seedReplayKeys(app: RunningApp, platform: Platform): Promise<void> {
   for (let i = 0; i < REPLAY_KEYS; i += 25) {
     await Promise.all(
       Array.from({ length: 25 }, (_, j) =>
         fetch(`${app.url}/bench/standard`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': `replay-${i + j}` },
+          headers: { 'content-type': 'application/json', 'idempotency-key': `replay-${platform}-${i + j}` },
           body: JSON.stringify({ amount: 1200 }),
         }).then((response) => response.arrayBuffer()),
       ),
@@ -177,7 +228,7 @@ async function seedLargeTable(db: TestDatabase): Promise<void> {
   await db.query('CHECKPOINT');
 }
 
-function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'ratio'> {
+function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'ratio' | 'ratioToExpress'> {
   const mean = (pick: (m: Measure) => number) => measures.reduce((sum, m) => sum + pick(m), 0) / measures.length;
   const statuses: Record<string, number> = {};
   for (const m of measures)
@@ -186,6 +237,7 @@ function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'rati
     config: id(config),
     name: config.name,
     connections: config.connections,
+    platform: config.platform,
     requestsPerSecond: mean((m) => m.requestsPerSecond),
     p50: mean((m) => m.p50),
     p99: mean((m) => m.p99),
@@ -200,6 +252,7 @@ function printTable(results: BenchResult[]): void {
     r.config,
     r.requestsPerSecond.toFixed(0),
     `${r.ratio.toFixed(2)}x`,
+    r.ratioToExpress === null ? '-' : `${r.ratioToExpress.toFixed(2)}x`,
     r.p50.toFixed(1),
     r.p99.toFixed(1),
     r.max.toFixed(0),
@@ -209,10 +262,22 @@ function printTable(results: BenchResult[]): void {
       .map(([status, count]) => `${status}: ${count}`)
       .join(', ') || '-',
   ]);
-  const header = ['configuration', 'req/s', 'vs baseline', 'p50 ms', 'p99 ms', 'max ms', 'errors', 'non-2xx'];
+  const header = [
+    'configuration',
+    'req/s',
+    'vs baseline',
+    'vs express',
+    'p50 ms',
+    'p99 ms',
+    'max ms',
+    'errors',
+    'non-2xx',
+  ];
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
   const line = (cells: string[]) =>
-    cells.map((cell, i) => (i === 0 || i === 7 ? cell.padEnd(widths[i]) : cell.padStart(widths[i]))).join('  ');
+    cells
+      .map((cell, i) => (i === 0 || i === header.length - 1 ? cell.padEnd(widths[i]) : cell.padStart(widths[i])))
+      .join('  ');
   console.log([line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n'));
 }
 
@@ -226,19 +291,26 @@ async function main(): Promise<void> {
     );
     process.env.DATABASE_URL = embedded.url;
   }
-  const databases = { empty: await createTestDatabase(), large: await createTestDatabase() };
-  const apps: Record<Config['target'], RunningApp> = {
-    empty: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.empty.url }),
-    uncached: await spawnTypeScriptServer('bench/bench-app.ts', {
-      DATABASE_URL: databases.empty.url,
-      BENCH_REPLAY_CACHE: 'off',
-    }),
-    large: await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: databases.large.url }),
+  const targets = new Set(configs.map((config) => config.target));
+  const databases: { empty: TestDatabase; large?: TestDatabase } = {
+    empty: await createTestDatabase(),
+    ...(targets.has('large') ? { large: await createTestDatabase() } : {}),
   };
+  // Only the apps that the measured configurations need (BENCH_PLATFORMS=fastify needs the Fastify one alone).
+  const env: Record<Config['target'], () => Record<string, string>> = {
+    empty: () => ({ DATABASE_URL: databases.empty.url }),
+    uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
+    large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
+    fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
+  };
+  const apps: Partial<Record<Config['target'], RunningApp>> = {};
   try {
-    console.log(`Seeding ${SCALE_RECORDS.toLocaleString('en')} records and ${REPLAY_KEYS} completed keys…`);
-    await seedLargeTable(databases.large);
-    await seedReplayKeys(apps.empty);
+    for (const target of targets) apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', env[target]());
+    const records = databases.large ? `${SCALE_RECORDS.toLocaleString('en')} records and ` : '';
+    console.log(`Seeding ${records}${REPLAY_KEYS} completed keys per platform…`);
+    if (databases.large) await seedLargeTable(databases.large);
+    if (apps.empty) await seedReplayKeys(apps.empty, 'express');
+    if (apps.fastify) await seedReplayKeys(apps.fastify, 'fastify');
     // A fresh process needs several seconds of full load before V8 has optimized its request path: an app whose
     // code is not optimized yet runs at a fraction of its speed, which would show as a cost of its table.
     const fullLoad = configs.find((c) => c.keys === 'new' && c.connections === 64) as Config;
@@ -250,18 +322,25 @@ async function main(): Promise<void> {
         // One second of the same load first, not measured: the other configurations, on the other database,
         // have pushed this one's pages out of PostgreSQL's shared buffers, which a service under steady load
         // keeps (the million-record table and its indexes are larger than the default 128 MB).
-        await measure(apps[config.target], config, round, 1);
-        measures.get(config)?.push(await measure(apps[config.target], config, round));
+        const app = apps[config.target] as RunningApp;
+        await measure(app, config, round, 1);
+        measures.get(config)?.push(await measure(app, config, round));
       }
     }
     const aggregated = configs.map((config) => aggregate(config, measures.get(config) ?? []));
     const byId = new Map(aggregated.map((result) => [result.config, result]));
-    const results: BenchResult[] = configs.map((config, i) => ({
-      ...aggregated[i],
-      ratio: aggregated[i].requestsPerSecond / (byId.get(config.baseline)?.requestsPerSecond ?? Number.NaN),
-    }));
+    const results: BenchResult[] = configs.map((config, i) => {
+      const onExpress = config.platform === 'express' ? undefined : byId.get(id({ ...config, platform: 'express' }));
+      return {
+        ...aggregated[i],
+        ratio: aggregated[i].requestsPerSecond / (byId.get(config.baseline)?.requestsPerSecond ?? Number.NaN),
+        ratioToExpress: onExpress ? aggregated[i].requestsPerSecond / onExpress.requestsPerSecond : null,
+      };
+    });
     console.log(
-      `\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration; latency in ms; ratios to the baseline at the same concurrency.\n`,
+      `\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration, on ${MEASURED_PLATFORMS.join(' and ')}; latency in ms;` +
+        ' ratios to the baseline of the same platform at the same concurrency; "vs express": a row to the same' +
+        ' configuration on Express.\n',
     );
     printTable(results);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
@@ -271,6 +350,7 @@ async function main(): Promise<void> {
       seconds: SECONDS,
       rounds: ROUNDS,
       scaleRecords: SCALE_RECORDS,
+      platforms: MEASURED_PLATFORMS,
       results,
     };
     writeFileSync(join(folder, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`);
@@ -278,7 +358,7 @@ async function main(): Promise<void> {
     console.log(`\nWrote ${join(folder, 'latest.json')} and ${join(folder, 'latest.svg')}`);
   } finally {
     await Promise.all(Object.values(apps).map((app) => app.close()));
-    await Promise.all(Object.values(databases).map((db) => db.drop()));
+    await Promise.all(Object.values(databases).map((db) => db?.drop()));
     await embedded?.stop();
   }
 }
