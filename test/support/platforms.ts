@@ -1,4 +1,4 @@
-import type { IncomingHttpHeaders } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import type { Socket } from 'node:net';
 import type { INestApplication, NestApplicationOptions } from '@nestjs/common';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
@@ -34,4 +34,18 @@ export interface PlatformResponse {
 export interface PlatformRequest {
   socket: Socket;
   headers: IncomingHttpHeaders;
+}
+
+/** A request header's value as one string (both platforms keep Node's lower-cased headers). */
+export function headerOf(request: PlatformRequest, name: string): string | undefined {
+  const value = request.headers[name.toLowerCase()];
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+/**
+ * The Node.js response under a platform's response, for handlers that write their answer themselves
+ * (`writeHead`, `write`, `end`, `flushHeaders`): Express's response is one, Fastify's reply has it as `raw`.
+ */
+export function rawResponseOf(response: PlatformResponse): ServerResponse {
+  return 'raw' in response ? (response as { raw: ServerResponse }).raw : (response as unknown as ServerResponse);
 }
