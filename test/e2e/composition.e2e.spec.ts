@@ -376,6 +376,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         const gate = holdNext();
         const timedOut = await post(`/work/${mode}`, key).set(header, '100');
         expect(timedOut.status).toBe(status);
+        expect(timedOut.body).toMatchObject({ statusCode: status });
         await gate.reached;
 
         // The handler still runs: its claim is held (a retry is refused, not run beside it) and renewed past its lease.
@@ -405,6 +406,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         const replay = await post(`/work/${mode}`, key).expect(201);
         expect(replay.headers['idempotent-replay']).toBe('true');
         expect(replay.body).toEqual({ id: rows[0].id });
+        expect(replay.headers['content-type']).toBe('application/json; charset=utf-8');
         await expect(rowsOf(key)).resolves.toHaveLength(1);
       },
     );
