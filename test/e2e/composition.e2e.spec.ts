@@ -117,11 +117,11 @@ class WorkController {
     return { ran: true };
   }
 
-  private async afterGate(body: WorkBody, manager: DataSource['manager']) {
+  private async afterGate(body: WorkBody | undefined, manager: DataSource['manager']) {
     const key = this.context.run!.key;
     const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [key]);
-    if (body.then === 'decline') throw new HttpException({ error: 'card_declined' }, 402);
-    if (body.then === 'fail') throw new Error('the handler failed after its timeout');
+    if (body?.then === 'decline') throw new HttpException({ error: 'card_declined' }, 402);
+    if (body?.then === 'fail') throw new Error('the handler failed after its timeout');
     return { id };
   }
 }
@@ -621,5 +621,116 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       );
       expect(body).toBe('done');
     });
+  });
+});
+
+describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify itself", () => {
+  let app: INestApplication;
+  let url: string;
+  const logger = new RecordingLogger();
+  /** The gate the next request's accountResolver waits at: the claim is not made yet when Fastify answers. */
+  const accountGates = new GateQueue();
+
+  beforeAll(async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          migrations: IdempotencyMigrations,
+          migrationsRun: true,
+        }),
+        IdempotencyModule.forRoot({
+          accountResolver: async () => {
+            await accountGates.pass();
+            return 'acct';
+          },
+          leaseSeconds: 0.6,
+          storeTimeoutSeconds: 2,
+          inFlight: 'wait',
+          inFlightWaitSeconds: 3,
+        }),
+      ],
+      controllers: [WorkController],
+      providers: [GatedPipe],
+    })
+      .setLogger(logger)
+      .compile();
+    app = createPlatformApp(moduleRef, 'fastify', { rawBody: true, logger }, { handlerTimeout: 300 });
+    await app.listen(0, '127.0.0.1');
+    url = await app.getUrl();
+  });
+
+  afterAll(async () => {
+    gates.releaseAll();
+    accountGates.releaseAll();
+    await app?.close();
+  });
+
+  // Without a body: on Node 20, Fastify clears its handlerTimeout once a request's body has been read (the request's
+  // 'close'), so that it never fires for requests with one.
+  const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key);
+
+  it.each(['standard', 'transactional'] as const)(
+    "%s mode: Fastify's 503 goes out while the handler runs; the handler's outcome is stored and replayed",
+    async (mode) => {
+      const key = randomUUID();
+      const gate = holdNext();
+      const timedOut = post(`/work/${mode}`, key).then((response) => response);
+      await gate.reached;
+      const answer = await timedOut;
+      expect(answer.status).toBe(503);
+      // Fastify's FST_ERR_HANDLER_TIMEOUT, rendered by Nest's exception handler.
+      expect(answer.body).toMatchObject({ statusCode: 503, message: expect.stringMatching(/^Request timed out/) });
+      await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
+      gate.release();
+      await waitFor(
+        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
+        'the outcome to be stored',
+      );
+      const rows = await rowsOf(key);
+      expect(rows).toHaveLength(1);
+      const replay = await post(`/work/${mode}`, key).expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.body).toEqual({ id: rows[0].id });
+    },
+  );
+
+  it('answered before its claim was made: the handler does not run, and the key is free for the retry', async () => {
+    const key = randomUUID();
+    const accountGate = accountGates.holdNext();
+    const answer = post('/work/standard', key).then((response) => response);
+    await accountGate.reached;
+    expect((await answer).status).toBe(503);
+    accountGate.release();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await expect(rowsOf(key)).resolves.toEqual([]);
+    await expect(recordOf(key)).resolves.toBeUndefined();
+    expect(logger.warnings).toContain(
+      "WARN [Idempotency] A request to POST /work/standard was answered outside Nest (a timeout such as Fastify's " +
+        'handlerTimeout) while its claim was made: its handler was not run, and the claim was released for its retry. ' +
+        'Such a timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with inFlight: wait).',
+    );
+    const retry = await post('/work/standard', key).expect(201);
+    expect(retry.headers['idempotent-replay']).toBeUndefined();
+    await expect(rowsOf(key)).resolves.toHaveLength(1);
+  });
+
+  it("answered while waiting for another attempt's outcome: nothing more is written to it, and nothing fails", async () => {
+    const key = randomUUID();
+    const gate = holdNext();
+    const first = post('/work/standard', key).then((response) => response);
+    await gate.reached;
+    const waiter = await post('/work/standard', key);
+    expect(waiter.status).toBe(503);
+    gate.release();
+    expect((await first).status).toBe(503);
+    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome');
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    await expect(post('/work/standard', key).expect(201)).resolves.toMatchObject({
+      headers: { 'idempotent-replay': 'true' },
+    });
+    // Nest's exception handler logs each of Fastify's timeouts; nothing else fails (no write after the answer).
+    expect(logger.errors.filter((error) => !error.includes('FST_ERR_HANDLER_TIMEOUT'))).toEqual([]);
   });
 });

@@ -8,14 +8,16 @@ import type { TestingModule } from '@nestjs/testing';
 export const PLATFORMS = ['express', 'fastify'] as const;
 export type Platform = (typeof PLATFORMS)[number];
 
-/** The application of `moduleRef` on `platform`: Nest's default Express, or Fastify. */
+/** The application of `moduleRef` on `platform`: Nest's default Express, or Fastify (with `fastifyOptions`). */
 export function createPlatformApp(
   moduleRef: TestingModule,
   platform: Platform,
   options: NestApplicationOptions,
+  /** Fastify's own options (`handlerTimeout`, `bodyLimit`), on Fastify. */
+  fastifyOptions?: ConstructorParameters<typeof FastifyAdapter>[0],
 ): INestApplication {
   return platform === 'fastify'
-    ? moduleRef.createNestApplication(new FastifyAdapter(), options)
+    ? moduleRef.createNestApplication(new FastifyAdapter(fastifyOptions), options)
     : moduleRef.createNestApplication(options);
 }
 
