@@ -49,7 +49,7 @@ import type { StoredResponse } from '../protocol/idempotency-store.interface.js'
 import { type AttemptOutcome, IdempotencyService } from '../protocol/idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
 import { isSerializableBody, responseForValue } from './handler-outcome.js';
-import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
+import { answeredElsewhere, captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
 import { describedValue } from '../protocol/described-value.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
@@ -162,6 +162,26 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       }
       throw error;
     });
+    // Answered while the claim was made (waited for), by something outside Nest's pipeline: Fastify's
+    // `handlerTimeout`, a timeout middleware. Its client has that answer (a 503, say) and will retry: nothing more is
+    // written to it, and the handler does not run (its work would be done with no client to hear of it, and its
+    // retry would do it again), so the claim is released at once.
+    if (answeredElsewhere(response)) {
+      this.logOnce(`answered ${scope.endpoint}`, () =>
+        this.logger.warn(
+          `A request to ${scope.endpoint} was answered outside Nest (a timeout such as Fastify's handlerTimeout) ` +
+            'while its claim was made: its handler was not run, and the claim was released for its retry. Such a ' +
+            'timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with inFlight: wait).',
+        ),
+      );
+      if (decision.action === 'replay') return of(undefined);
+      await this.idempotency
+        .finish(decision.run, { response: undefined, failed: true }, policy)
+        .catch((error: unknown) =>
+          this.logger.error(`Releasing key ${JSON.stringify(key)} of ${scope.endpoint} failed: ${error}`),
+        );
+      return of(undefined);
+    }
     if (decision.action === 'replay') {
       sendReplay(response, decision.response, policy.replayHeaderName);
       // What interceptors outside this one see; what Nest then sends for it is ignored.

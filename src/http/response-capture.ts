@@ -153,6 +153,18 @@ export function sendSealed(target: HttpResponse, response: StoredResponse): void
 }
 
 /**
+ * Whether the response has been answered already, outside Nest's pipeline (Fastify's `handlerTimeout`, a timeout
+ * middleware), while the module made its claim: it is ended for whoever writes to it next (see `sealHeaders`).
+ */
+export function answeredElsewhere(target: HttpResponse): boolean {
+  const res = target.raw;
+  if (!res.headersSent && !res.writableEnded) return false;
+  silenceWrites(target);
+  sealHeaders(res);
+  return true;
+}
+
+/**
  * Later writes and ends do nothing, as for a response that has ended. The platform's own ways of sending a body
  * (Express's `send` and `json`, Fastify's `reply.send`, through which Nest sends a value) are skipped whole, so that
  * nothing is serialized or hashed for an answer that is not sent.

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { Controller, type INestApplication, Post, Req } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
-import type { Request } from 'express';
 import type pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
@@ -17,6 +16,13 @@ import {
   PostgresIdempotencyStore,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
+import {
+  createPlatformApp,
+  headerOf,
+  type Platform,
+  PLATFORMS,
+  type PlatformRequest as Request,
+} from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -32,7 +38,7 @@ class BoundedController {
   @Post('held')
   @Idempotent()
   async held(@Req() req: Request) {
-    if (req.header('x-hold')) await gate.pass(req);
+    if (headerOf(req, 'x-hold')) await gate.pass(req);
     return { held: true };
   }
 
@@ -92,8 +98,13 @@ afterAll(async () => {
   await db?.drop();
 });
 
-/** Starts the app on a pool of `poolSize` connections, with the real store or a subclass of it. */
-async function startApp(poolSize: number, options: IdempotencyModuleOptions, Store = PostgresIdempotencyStore) {
+/** Starts the app on `platform` on a pool of `poolSize` connections, with the real store or a subclass of it. */
+async function startApp(
+  platform: Platform,
+  poolSize: number,
+  options: IdempotencyModuleOptions,
+  Store = PostgresIdempotencyStore,
+) {
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({
@@ -104,7 +115,7 @@ async function startApp(poolSize: number, options: IdempotencyModuleOptions, Sto
         extra: { max: poolSize },
       }),
       IdempotencyModule.forRoot({
-        accountResolver: (context) => context.switchToHttp().getRequest<Request>().header('x-account') ?? 'acct',
+        accountResolver: (context) => headerOf(context.switchToHttp().getRequest<Request>(), 'x-account') ?? 'acct',
         ...options,
       }),
     ],
@@ -117,7 +128,7 @@ async function startApp(poolSize: number, options: IdempotencyModuleOptions, Sto
     })
     .setLogger(logger)
     .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
+  app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
   await app.listen(0, '127.0.0.1');
   url = await app.getUrl();
   return app;
@@ -125,130 +136,132 @@ async function startApp(poolSize: number, options: IdempotencyModuleOptions, Sto
 
 const post = (path: string, key: string) => request(url).post(`/bounded/${path}`).set('Idempotency-Key', key).send({});
 
-describe('lease renewals', () => {
-  it('go on after one the database never answers: a slow handler keeps its claim for several leases', async () => {
-    const leaseSeconds = 1.2;
-    await startApp(10, { leaseSeconds, storeTimeoutSeconds: 0.3 }, FirstRenewalHangs);
-    const key = randomUUID();
-    const first = post('held', key)
-      .set('X-Hold', 'yes')
-      .then((response) => response);
-    await gate.reached;
-    await expectHeldThroughout(db, key, 3 * leaseSeconds, () => post('held', key).expect(409));
-    gate.release();
-    expect((await first).status).toBe(201);
-    expect(logger.warnings).toContain(
-      `WARN [Idempotency] Renewing the lease of key "${key}" of POST /bounded/held failed: ` +
-        'Error: renewing the lease took longer than storeTimeoutSeconds (0.3 s)',
-    );
-  });
-});
-
-describe('a waiter when every pooled connection is taken', () => {
-  it('is answered (503 with Retry-After) instead of hanging, and the app works again once they are given back', async () => {
-    const started = await startApp(4, { inFlightWaitSeconds: 2, storeTimeoutSeconds: 1 });
-    const pool = (started.get<DataSource>(getDataSourceToken()).driver as PostgresDriver).master as pg.Pool;
-    const free = pool.options.max - (pool.totalCount - pool.idleCount);
-    const taken = await Promise.all(Array.from({ length: free }, () => pool.connect()));
-    const key = randomUUID();
-    try {
-      const refused = await post('wait', key).timeout(20_000);
-      expect(refused.status).toBe(503);
-      expect(refused.body.error).toBe('idempotency_store_unavailable');
-      expect(refused.headers['retry-after']).toBe('2');
-      expect(logger.errors).toContain(
-        `ERROR [Idempotency] Claiming key "${key}" of POST /bounded/wait failed; the request is refused with 503: ` +
-          'Error: claim took longer than storeTimeoutSeconds (1 s)',
-      );
-    } finally {
-      for (const client of taken) client.release();
-    }
-    // The refused claim may land late and be given back meanwhile: retry until the key is free.
-    const retried = await waitFor(async () => {
-      const response = await post('wait', key);
-      return response.status === 503 || response.status === 409 ? undefined : response;
-    }, 'the retry to run');
-    expect(retried.status).toBe(201);
-    await post('wait', randomUUID()).expect(201);
-  });
-});
-
-describe('transactional handlers on a pool of five', () => {
-  /**
-   * Sends five transactional requests whose handlers wait at the gate, and resolves with how many entered once
-   * the others were refused (503) for want of a transaction slot, which is logged for each.
-   */
-  async function holdFive() {
-    const refused: string[] = [];
-    const answers = Array.from({ length: 5 }, () => {
+describe.each(PLATFORMS)('on %s', (platform) => {
+  describe('lease renewals', () => {
+    it('go on after one the database never answers: a slow handler keeps its claim for several leases', async () => {
+      const leaseSeconds = 1.2;
+      await startApp(platform, 10, { leaseSeconds, storeTimeoutSeconds: 0.3 }, FirstRenewalHangs);
       const key = randomUUID();
-      return post('tx', key).then((response) => {
-        if (response.status === 503 && response.body.error === 'idempotency_store_unavailable') refused.push(key);
-        return response;
-      });
-    });
-    await waitFor(
-      async () => (entered + refused.length === 5 ? true : undefined),
-      'each request to enter its handler or be refused',
-    );
-    for (const key of refused) {
-      expect(logger.errors).toContain(
-        `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /bounded/tx failed; the request is refused ` +
-          'with 503: Error: no connection slot became free within 1000 ms',
+      const first = post('held', key)
+        .set('X-Hold', 'yes')
+        .then((response) => response);
+      await gate.reached;
+      await expectHeldThroughout(db, key, 3 * leaseSeconds, () => post('held', key).expect(409));
+      gate.release();
+      expect((await first).status).toBe(201);
+      expect(logger.warnings).toContain(
+        `WARN [Idempotency] Renewing the lease of key "${key}" of POST /bounded/held failed: ` +
+          'Error: renewing the lease took longer than storeTimeoutSeconds (0.3 s)',
       );
+    });
+  });
+
+  describe('a waiter when every pooled connection is taken', () => {
+    it('is answered (503 with Retry-After) instead of hanging, and the app works again once they are given back', async () => {
+      const started = await startApp(platform, 4, { inFlightWaitSeconds: 2, storeTimeoutSeconds: 1 });
+      const pool = (started.get<DataSource>(getDataSourceToken()).driver as PostgresDriver).master as pg.Pool;
+      const free = pool.options.max - (pool.totalCount - pool.idleCount);
+      const taken = await Promise.all(Array.from({ length: free }, () => pool.connect()));
+      const key = randomUUID();
+      try {
+        const refused = await post('wait', key).timeout(20_000);
+        expect(refused.status).toBe(503);
+        expect(refused.body.error).toBe('idempotency_store_unavailable');
+        expect(refused.headers['retry-after']).toBe('2');
+        expect(logger.errors).toContain(
+          `ERROR [Idempotency] Claiming key "${key}" of POST /bounded/wait failed; the request is refused with 503: ` +
+            'Error: claim took longer than storeTimeoutSeconds (1 s)',
+        );
+      } finally {
+        for (const client of taken) client.release();
+      }
+      // The refused claim may land late and be given back meanwhile: retry until the key is free.
+      const retried = await waitFor(async () => {
+        const response = await post('wait', key);
+        return response.status === 503 || response.status === 409 ? undefined : response;
+      }, 'the retry to run');
+      expect(retried.status).toBe(201);
+      await post('wait', randomUUID()).expect(201);
+    });
+  });
+
+  describe('transactional handlers on a pool of five', () => {
+    /**
+     * Sends five transactional requests whose handlers wait at the gate, and resolves with how many entered once
+     * the others were refused (503) for want of a transaction slot, which is logged for each.
+     */
+    async function holdFive() {
+      const refused: string[] = [];
+      const answers = Array.from({ length: 5 }, () => {
+        const key = randomUUID();
+        return post('tx', key).then((response) => {
+          if (response.status === 503 && response.body.error === 'idempotency_store_unavailable') refused.push(key);
+          return response;
+        });
+      });
+      await waitFor(
+        async () => (entered + refused.length === 5 ? true : undefined),
+        'each request to enter its handler or be refused',
+      );
+      for (const key of refused) {
+        expect(logger.errors).toContain(
+          `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /bounded/tx failed; the request is refused ` +
+            'with 503: Error: no connection slot became free within 1000 ms',
+        );
+      }
+      return { running: entered, answers };
     }
-    return { running: entered, answers };
-  }
 
-  it('run at most pool size - 2 at once, and a claim on another route still succeeds meanwhile', async () => {
-    await startApp(5, { storeTimeoutSeconds: 1 });
-    const { running, answers } = await holdFive();
-    expect(running).toBe(3);
-    await post('plain', randomUUID()).expect(201);
-    gate.release();
-    expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(3);
+    it('run at most pool size - 2 at once, and a claim on another route still succeeds meanwhile', async () => {
+      await startApp(platform, 5, { storeTimeoutSeconds: 1 });
+      const { running, answers } = await holdFive();
+      expect(running).toBe(3);
+      await post('plain', randomUUID()).expect(201);
+      gate.release();
+      expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(3);
+    });
+
+    it('run at most pool size - 3 at once while a route waits in flight, whose listener holds a slot', async () => {
+      await startApp(platform, 5, { storeTimeoutSeconds: 1 });
+      await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
+      await expect(
+        db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
+      ).resolves.toHaveLength(1);
+      const { running, answers } = await holdFive();
+      expect(running).toBe(2);
+      await post('plain', randomUUID()).expect(201);
+      gate.release();
+      expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(2);
+    });
+
+    it('leave no slot to a listener or a transaction that gave up waiting for one', async () => {
+      await startApp(platform, 5, { storeTimeoutSeconds: 1, inFlightWaitSeconds: 1 });
+      const held = await holdFive(); // two transactions gave up waiting
+      // Its listener finds no slot before the wait is over; the waiter claims without it.
+      await post('wait', randomUUID()).expect(201);
+      gate.release();
+      await Promise.all(held.answers);
+      gate = new Gate();
+      entered = 0;
+      await post('wait', randomUUID()).expect(201);
+      const { running, answers } = await holdFive();
+      expect(running).toBe(2);
+      gate.release();
+      await Promise.all(answers);
+    });
   });
 
-  it('run at most pool size - 3 at once while a route waits in flight, whose listener holds a slot', async () => {
-    await startApp(5, { storeTimeoutSeconds: 1 });
-    await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-    await expect(
-      db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
-    ).resolves.toHaveLength(1);
-    const { running, answers } = await holdFive();
-    expect(running).toBe(2);
-    await post('plain', randomUUID()).expect(201);
-    gate.release();
-    expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(2);
-  });
-
-  it('leave no slot to a listener or a transaction that gave up waiting for one', async () => {
-    await startApp(5, { storeTimeoutSeconds: 1, inFlightWaitSeconds: 1 });
-    const held = await holdFive(); // two transactions gave up waiting
-    // Its listener finds no slot before the wait is over; the waiter claims without it.
-    await post('wait', randomUUID()).expect(201);
-    gate.release();
-    await Promise.all(held.answers);
-    gate = new Gate();
-    entered = 0;
-    await post('wait', randomUUID()).expect(201);
-    const { running, answers } = await holdFive();
-    expect(running).toBe(2);
-    gate.release();
-    await Promise.all(answers);
-  });
-});
-
-describe('a pool of three (one transaction slot)', () => {
-  it('keeps its transaction slot for transactional routes once a route waits in flight: the listener takes a free connection', async () => {
-    await startApp(3, { storeTimeoutSeconds: 1 });
-    await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-    await expect(
-      db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
-    ).resolves.toHaveLength(1);
-    const answer = post('tx', randomUUID()).then((response) => response);
-    await Promise.race([gate.reached, answer]); // refused at once (503) when it finds no slot
-    gate.release();
-    expect((await answer).status).toBe(201);
+  describe('a pool of three (one transaction slot)', () => {
+    it('keeps its transaction slot for transactional routes once a route waits in flight: the listener takes a free connection', async () => {
+      await startApp(platform, 3, { storeTimeoutSeconds: 1 });
+      await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
+      await expect(
+        db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
+      ).resolves.toHaveLength(1);
+      const answer = post('tx', randomUUID()).then((response) => response);
+      await Promise.race([gate.reached, answer]); // refused at once (503) when it finds no slot
+      gate.release();
+      expect((await answer).status).toBe(201);
+    });
   });
 });

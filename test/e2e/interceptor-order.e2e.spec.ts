@@ -20,7 +20,6 @@ import {
 import { APP_INTERCEPTOR, HttpAdapterHost } from '@nestjs/core';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
-import type { Request, Response } from 'express';
 import {
   catchError,
   concat,
@@ -39,6 +38,13 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
 import { Gate, GateQueue } from '../support/gate.js';
+import {
+  createPlatformApp,
+  headerOf,
+  PLATFORMS,
+  type PlatformRequest as Request,
+  type PlatformResponse as Response,
+} from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -53,7 +59,7 @@ function armedBy(header: string, arm: (next: CallHandler, value: string) => Retu
   @Injectable()
   class Armed implements NestInterceptor {
     intercept(context: ExecutionContext, next: CallHandler) {
-      const value = context.switchToHttp().getRequest<Request>().header(header);
+      const value = headerOf(context.switchToHttp().getRequest<Request>(), header);
       return value ? arm(next, value) : next.handle();
     }
   }
@@ -110,7 +116,7 @@ const OuterWrap = armedBy('x-wrap', (next) => next.handle().pipe(map((data: unkn
 class DocsExceptionFilter implements ExceptionFilter {
   catch(exception: HttpException, host: ArgumentsHost) {
     const status = exception.getStatus();
-    host.switchToHttp().getResponse<Response>().status(status).json({ statusCode: status, path: 'filtered' });
+    host.switchToHttp().getResponse<Response>().status(status).send({ statusCode: status, path: 'filtered' });
   }
 }
 
@@ -142,7 +148,7 @@ class OrderController {
   async passthrough(@Req() req: Request, @Res({ passthrough: true }) res: Response) {
     await gates.pass(req);
     const value = await this.insert(this.dataSource.manager);
-    res.setHeader('x-charge-id', String(value.id));
+    res.header('x-charge-id', String(value.id));
     return value;
   }
 
@@ -160,7 +166,7 @@ class OrderController {
     const { id } = await this.insert(this.dataSource.manager);
     await new Promise<void>((resolve) =>
       ticker.once('tick', () => {
-        res.status(200).json({ charged: id });
+        res.status(200).send({ charged: id });
         resolve();
       }),
     );
@@ -218,49 +224,19 @@ const ticker = new EventEmitter();
 const ticks = setInterval(() => ticker.emit('tick'), 5);
 
 let db: TestDatabase;
-let app: INestApplication;
-const logger = new RecordingLogger();
-let url: string;
 
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 }),
-    ],
-    controllers: [OrderController],
-    // Registered in the root module, these run outside the module's interceptor.
-    providers: [
-      { provide: APP_INTERCEPTOR, useClass: OuterWrap },
-      { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
-      { provide: APP_INTERCEPTOR, useClass: RequireValue },
-    ],
-  })
-    .setLogger(logger)
-    .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
-  app.useGlobalInterceptors(
-    new InnerTimeout(),
-    new FallbackTimeout(),
-    new SlowAfter(),
-    new DeclineToError(),
-    new FirstValue(),
-  );
-  await app.listen(0, '127.0.0.1');
-  url = await app.getUrl();
 });
 
 afterAll(async () => {
   clearInterval(ticks);
   gates.releaseAll();
   afterGate.current?.release();
-  await app?.close();
   await db?.drop();
 });
 
-const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
 const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1', [key]);
 const statusOf = async (key: string) =>
   (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0]
@@ -268,140 +244,189 @@ const statusOf = async (key: string) =>
 const completed = (key: string) =>
   waitFor(async () => ((await statusOf(key)) === 'completed' ? true : undefined), 'the outcome to be stored');
 
-describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
-  it("a timeout that answers with a fallback value: the handler's own value is stored, not the fallback", async () => {
-    const key = randomUUID();
-    const gate = gates.holdNext();
-    const first = await post(`/order/${mode}`, key).set('x-fallback-ms', '100');
-    expect(first.body).toEqual({ pending: true });
-    await gate.reached;
-    gate.release();
-    await completed(key);
-    const rows = await rowsOf(key);
-    expect(rows).toHaveLength(1);
-    await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: rows[0].id } });
+describe.each(PLATFORMS)('on %s', (platform) => {
+  let app: INestApplication;
+  let url: string;
+  /** What the application of this platform logs. */
+  const logger = new RecordingLogger();
+
+  beforeAll(async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          migrations: IdempotencyMigrations,
+          migrationsRun: true,
+        }),
+        IdempotencyModule.forRoot({ singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 }),
+      ],
+      controllers: [OrderController],
+      // Registered in the root module, these run outside the module's interceptor.
+      providers: [
+        { provide: APP_INTERCEPTOR, useClass: OuterWrap },
+        { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
+        { provide: APP_INTERCEPTOR, useClass: RequireValue },
+      ],
+    })
+      .setLogger(logger)
+      .compile();
+    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
+    app.useGlobalInterceptors(
+      new InnerTimeout(),
+      new FallbackTimeout(),
+      new SlowAfter(),
+      new DeclineToError(),
+      new FirstValue(),
+    );
+    await app.listen(0, '127.0.0.1');
+    url = await app.getUrl();
   });
 
-  it("a replay through a value-mapping interceptor outside the module's is the stored bytes, not mapped again", async () => {
-    const key = randomUUID();
-    const first = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
-    expect(first.body).toEqual({ data: { id: expect.any(Number) } });
-    const replay = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.text).toBe(first.text);
+  afterAll(async () => {
+    // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
+    gates.releaseAll();
+    afterGate.current?.release();
+    await app?.close();
   });
-});
 
-describe.each(['standard', 'transactional'] as const)(
-  'slow work after the handler, inside a timeout, %s mode',
-  (mode) => {
-    it('the timeout is not the outcome of a handler that gave its value: the value, as the inner pipeline shapes it, is stored', async () => {
+  const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
+
+  describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
+    it("a timeout that answers with a fallback value: the handler's own value is stored, not the fallback", async () => {
       const key = randomUUID();
-      afterGate.current = new Gate();
-      const reached = afterGate.current.reached;
-      await post(`/order/${mode}`, key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
-      await reached;
+      const gate = gates.holdNext();
+      const first = await post(`/order/${mode}`, key).set('x-fallback-ms', '100');
+      expect(first.body).toEqual({ pending: true });
+      await gate.reached;
+      gate.release();
+      await completed(key);
+      const rows = await rowsOf(key);
+      expect(rows).toHaveLength(1);
+      await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: rows[0].id } });
+    });
+
+    it("a replay through a value-mapping interceptor outside the module's is the stored bytes, not mapped again", async () => {
+      const key = randomUUID();
+      const first = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
+      expect(first.body).toEqual({ data: { id: expect.any(Number) } });
+      const replay = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(first.text);
+    });
+  });
+
+  describe.each(['standard', 'transactional'] as const)(
+    'slow work after the handler, inside a timeout, %s mode',
+    (mode) => {
+      it('the timeout is not the outcome of a handler that gave its value: the value, as the inner pipeline shapes it, is stored', async () => {
+        const key = randomUUID();
+        afterGate.current = new Gate();
+        const reached = afterGate.current.reached;
+        await post(`/order/${mode}`, key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
+        await reached;
+        await completed(key);
+        const [row] = await rowsOf(key);
+        await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+        await expect(rowsOf(key)).resolves.toHaveLength(1);
+      });
+    },
+  );
+
+  describe('answers that are the outcome', () => {
+    it("an interceptor inside that turns the handler's value into an error (402): that error is stored and replayed", async () => {
+      const key = randomUUID();
+      const first = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
+      expect(first.body).toEqual({ error: 'card_declined' });
+      const replay = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(first.text);
+    });
+
+    it('a passthrough handler that answers from an event listener: its own answer is stored', async () => {
+      const key = randomUUID();
+      const first = await post('/order/answers-from-listener', key).expect(200);
+      await completed(key);
+      const replay = await post('/order/answers-from-listener', key).expect(200);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(first.text);
+    });
+
+    it('an endless Observable handler whose first value an interceptor takes: that value is stored and the Observable stops', async () => {
+      const key = randomUUID();
+      const callsBefore = ticking.calls;
+      const first = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
+      expect(first.body).toMatchObject({ tick: 0 });
+      await completed(key);
+      const emitted = ticking.emitted;
+      const replay = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
+      expect(replay.text).toBe(first.text);
+      expect(ticking.calls).toBe(callsBefore + 1);
+      // Another tick would have been emitted in 10 ms; none is, long after.
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      expect(ticking.emitted).toBe(emitted);
+    });
+
+    it("a replay gives interceptors outside the module's its body as their value: none of them fails on it", async () => {
+      const key = randomUUID();
+      const errorsBefore = logger.errors.length;
+      const first = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
+      const replay = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
+      expect(replay.text).toBe(first.text);
+      expect(logger.errors.slice(errorsBefore)).toEqual([]);
+    });
+  });
+
+  describe("answers that are not the handler's", () => {
+    it("a timeout answered by an exception filter of the docs' kind goes out at once; the handler's value is stored", async () => {
+      const key = randomUUID();
+      const gate = gates.holdNext();
+      const timedOut = await post('/order/own-filter', key).set('x-timeout-ms', '100').expect(408);
+      expect(timedOut.body).toEqual({ statusCode: 408, path: 'filtered' });
+      await gate.reached;
+      await post('/order/own-filter', key).expect(409);
+      gate.release();
       await completed(key);
       const [row] = await rowsOf(key);
-      await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+      await expect(post('/order/own-filter', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
       await expect(rowsOf(key)).resolves.toHaveLength(1);
     });
-  },
-);
 
-describe('answers that are the outcome', () => {
-  it("an interceptor inside that turns the handler's value into an error (402): that error is stored and replayed", async () => {
-    const key = randomUUID();
-    const first = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
-    expect(first.body).toEqual({ error: 'card_declined' });
-    const replay = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.text).toBe(first.text);
-  });
-
-  it('a passthrough handler that answers from an event listener: its own answer is stored', async () => {
-    const key = randomUUID();
-    const first = await post('/order/answers-from-listener', key).expect(200);
-    await completed(key);
-    const replay = await post('/order/answers-from-listener', key).expect(200);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.text).toBe(first.text);
-  });
-
-  it('an endless Observable handler whose first value an interceptor takes: that value is stored and the Observable stops', async () => {
-    const key = randomUUID();
-    const callsBefore = ticking.calls;
-    const first = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
-    expect(first.body).toMatchObject({ tick: 0 });
-    await completed(key);
-    const emitted = ticking.emitted;
-    const replay = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
-    expect(replay.text).toBe(first.text);
-    expect(ticking.calls).toBe(callsBefore + 1);
-    // Another tick would have been emitted in 10 ms; none is, long after.
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    expect(ticking.emitted).toBe(emitted);
-  });
-
-  it("a replay gives interceptors outside the module's its body as their value: none of them fails on it", async () => {
-    const key = randomUUID();
-    const errorsBefore = logger.errors.length;
-    const first = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
-    const replay = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
-    expect(replay.text).toBe(first.text);
-    expect(logger.errors.slice(errorsBefore)).toEqual([]);
-  });
-});
-
-describe("answers that are not the handler's", () => {
-  it("a timeout answered by an exception filter of the docs' kind goes out at once; the handler's value is stored", async () => {
-    const key = randomUUID();
-    const gate = gates.holdNext();
-    const timedOut = await post('/order/own-filter', key).set('x-timeout-ms', '100').expect(408);
-    expect(timedOut.body).toEqual({ statusCode: 408, path: 'filtered' });
-    await gate.reached;
-    await post('/order/own-filter', key).expect(409);
-    gate.release();
-    await completed(key);
-    const [row] = await rowsOf(key);
-    await expect(post('/order/own-filter', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
-
-  it('a handler that answers through the platform adapter itself: its answer is stored', async () => {
-    const key = randomUUID();
-    const first = await post('/order/answers-through-adapter', key).expect(200);
-    const replay = await post('/order/answers-through-adapter', key).expect(200);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.text).toBe(first.text);
-  });
-
-  it('an Observable handler timed out after its first value: its last value, once its work is done, is stored', async () => {
-    const key = randomUUID();
-    await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
-    await completed(key);
-    const [row] = await rowsOf(key);
-    await expect(post('/order/stages', key).expect(201)).resolves.toMatchObject({
-      body: { stage: 'done', id: row.id },
+    it('a handler that answers through the platform adapter itself: its answer is stored', async () => {
+      const key = randomUUID();
+      const first = await post('/order/answers-through-adapter', key).expect(200);
+      const replay = await post('/order/answers-through-adapter', key).expect(200);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(first.text);
     });
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
-});
 
-describe.each([
-  ['inside', 'x-timeout-ms'],
-  ['outside', 'x-outer-timeout-ms'],
-])("a passthrough route with a timeout %s the module's", (_where, header) => {
-  it('answers the timeout at once and never runs the handler twice', async () => {
-    const key = randomUUID();
-    const gate = gates.holdNext();
-    await post('/order/passthrough', key).set(header, '100').expect(408);
-    await gate.reached;
-    await post('/order/passthrough', key).expect(409);
-    gate.release();
-    await completed(key);
-    const [row] = await rowsOf(key);
-    await expect(post('/order/passthrough', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
+    it('an Observable handler timed out after its first value: its last value, once its work is done, is stored', async () => {
+      const key = randomUUID();
+      await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
+      await completed(key);
+      const [row] = await rowsOf(key);
+      await expect(post('/order/stages', key).expect(201)).resolves.toMatchObject({
+        body: { stage: 'done', id: row.id },
+      });
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    });
+  });
+
+  describe.each([
+    ['inside', 'x-timeout-ms'],
+    ['outside', 'x-outer-timeout-ms'],
+  ])("a passthrough route with a timeout %s the module's", (_where, header) => {
+    it('answers the timeout at once and never runs the handler twice', async () => {
+      const key = randomUUID();
+      const gate = gates.holdNext();
+      await post('/order/passthrough', key).set(header, '100').expect(408);
+      await gate.reached;
+      await post('/order/passthrough', key).expect(409);
+      gate.release();
+      await completed(key);
+      const [row] = await rowsOf(key);
+      await expect(post('/order/passthrough', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
+      await expect(rowsOf(key)).resolves.toHaveLength(1);
+    });
   });
 });

@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { Controller, Get, type INestApplication, Injectable, Post, Req } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
-import type { Request } from 'express';
 import request from 'supertest';
 import { Column, DataSource, Entity, PrimaryGeneratedColumn, Repository } from 'typeorm';
 import {
@@ -14,6 +13,13 @@ import {
 } from '../../src/index.js';
 import { type Gate, GateQueue } from '../support/gate.js';
 import { LedgerEntry } from '../support/ledger-entry.entity.js';
+import {
+  createPlatformApp,
+  headerOf,
+  type Platform,
+  PLATFORMS,
+  type PlatformRequest as Request,
+} from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { spawnTypeScriptServer } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -126,7 +132,7 @@ class LedgerController {
    */
   private async afterWriting(req: Request) {
     await gates.pass(req);
-    if (req.header('x-fail') === 'true') throw new Error('the handler failed after writing');
+    if (headerOf(req, 'x-fail') === 'true') throw new Error('the handler failed after writing');
     return { sees: await this.ledger.keys() };
   }
 }
@@ -146,10 +152,10 @@ afterAll(async () => {
 });
 
 /**
- * An app with these module options for the tests of the enclosing block, closed after them: one at a time, as
- * Nest's TypeORM module takes two default data sources in one process for a mistake.
+ * An app on `platform` with these module options for the tests of the enclosing block, closed after them: one at a
+ * time, as Nest's TypeORM module takes two default data sources in one process for a mistake.
  */
-function appWith(options: IdempotencyModuleOptions): { url: string } {
+function appWith(platform: Platform, options: IdempotencyModuleOptions): { url: string } {
   const started = { url: '' };
   let app: INestApplication | undefined;
   beforeAll(async () => {
@@ -168,7 +174,7 @@ function appWith(options: IdempotencyModuleOptions): { url: string } {
       controllers: [LedgerController],
       providers: [LedgerService],
     }).compile();
-    app = moduleRef.createNestApplication({ rawBody: true, logger });
+    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
     await app.listen(0, '127.0.0.1');
     started.url = await app.getUrl();
   });
@@ -226,108 +232,110 @@ const entriesOf = async (key: string) =>
 const recordOf = async (key: string) =>
   (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0];
 
-describe('with enlistDataSource: true', () => {
-  const enlisted = appWith({ enlistDataSource: true, onTransactionEscape: 'throw' });
+describe.each(PLATFORMS)('on %s', (platform) => {
+  describe('with enlistDataSource: true', () => {
+    const enlisted = appWith(platform, { enlistDataSource: true, onTransactionEscape: 'throw' });
 
-  it.each([
-    ['an injected repository', '/ledger/injected'],
-    ["dataSource.transaction() (a savepoint of the run's transaction)", '/ledger/nested'],
-    ['a repository the data source made inside a run, and keeps', '/ledger/repository-made-in-run'],
-  ])(
-    'rolls back a write through %s with the handler that throws after it: the retry writes it once',
-    async (_through, path) => {
-      await expectWrittenOnceByTheRetry(enlisted.url, path);
+    it.each([
+      ['an injected repository', '/ledger/injected'],
+      ["dataSource.transaction() (a savepoint of the run's transaction)", '/ledger/nested'],
+      ['a repository the data source made inside a run, and keeps', '/ledger/repository-made-in-run'],
+    ])(
+      'rolls back a write through %s with the handler that throws after it: the retry writes it once',
+      async (_through, path) => {
+        await expectWrittenOnceByTheRetry(enlisted.url, path);
+        expect(takeErrors()).toEqual([handlerFailure]);
+      },
+    );
+
+    it("commits an injected repository's write with the stored outcome, and not before", async () => {
+      const key = randomUUID();
+      const { gate, answer } = await heldAtGate(post(enlisted.url, '/ledger/injected', key));
+      // Written, but in the run's open transaction: neither another connection nor the app outside the run sees it.
+      expect(await entriesOf(key)).toBe(0);
+      expect((await request(enlisted.url).get('/ledger')).body).not.toContain(key);
+
+      gate.release();
+      const first = await answer;
+      expect(first.status).toBe(201);
+      expect(first.body.sees).toContain(key); // the run read its own write through the injected repository
+      expect(await entriesOf(key)).toBe(1);
+      expect(await recordOf(key)).toEqual({ status: 'completed' });
+
+      const replay = await post(enlisted.url, '/ledger/injected', key);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.body).toEqual(first.body);
+      expect(await entriesOf(key)).toBe(1);
+    });
+
+    it("keeps concurrent runs apart: each injected repository call joins its own run's transaction", async () => {
+      const [first, second] = [randomUUID(), randomUUID()];
+      const failing = await heldAtGate(post(enlisted.url, '/ledger/injected', first).set('X-Fail', 'true'));
+      const succeeding = await heldAtGate(post(enlisted.url, '/ledger/injected', second));
+      // Both written, neither committed: a request outside any run sees neither.
+      const outside = (await request(enlisted.url).get('/ledger')).body;
+      expect(outside).not.toContain(first);
+      expect(outside).not.toContain(second);
+
+      succeeding.gate.release();
+      const secondResponse = await succeeding.answer;
+      expect(secondResponse.status).toBe(201);
+      expect(secondResponse.body.sees).toContain(second);
+      expect(secondResponse.body.sees).not.toContain(first);
+
+      failing.gate.release();
+      expect((await failing.answer).status).toBe(500);
       expect(takeErrors()).toEqual([handlerFailure]);
-    },
-  );
+      expect(await entriesOf(first)).toBe(0);
+      expect(await entriesOf(second)).toBe(1);
+    });
 
-  it("commits an injected repository's write with the stored outcome, and not before", async () => {
-    const key = randomUUID();
-    const { gate, answer } = await heldAtGate(post(enlisted.url, '/ledger/injected', key));
-    // Written, but in the run's open transaction: neither another connection nor the app outside the run sees it.
-    expect(await entriesOf(key)).toBe(0);
-    expect((await request(enlisted.url).get('/ledger')).body).not.toContain(key);
+    it("refuses a write through an entity manager of its own with onTransactionEscape: 'throw': nothing is written, the key is released", async () => {
+      const key = randomUUID();
+      expect((await post(enlisted.url, '/ledger/escaping', key)).status).toBe(500);
+      expect(takeErrors()).toEqual([
+        expect.stringMatching(
+          /TransactionEscapeError: An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/escaping went outside its transaction/,
+        ),
+      ]);
+      expect(await entriesOf(key)).toBe(0);
+      expect(await recordOf(key)).toBeUndefined();
+    });
 
-    gate.release();
-    const first = await answer;
-    expect(first.status).toBe(201);
-    expect(first.body.sees).toContain(key); // the run read its own write through the injected repository
-    expect(await entriesOf(key)).toBe(1);
-    expect(await recordOf(key)).toEqual({ status: 'completed' });
-
-    const replay = await post(enlisted.url, '/ledger/injected', key);
-    expect(replay.headers['idempotent-replay']).toBe('true');
-    expect(replay.body).toEqual(first.body);
-    expect(await entriesOf(key)).toBe(1);
+    it("leaves a standard (non-transactional) route on the data source's own connections: its write commits at once", async () => {
+      const key = randomUUID();
+      const { gate, answer } = await heldAtGate(post(enlisted.url, '/ledger/standard', key));
+      expect(await entriesOf(key)).toBe(1);
+      gate.release();
+      const response = await answer;
+      expect(response.status).toBe(201);
+      expect(response.body).toEqual({ ownManager: true });
+    });
   });
 
-  it("keeps concurrent runs apart: each injected repository call joins its own run's transaction", async () => {
-    const [first, second] = [randomUUID(), randomUUID()];
-    const failing = await heldAtGate(post(enlisted.url, '/ledger/injected', first).set('X-Fail', 'true'));
-    const succeeding = await heldAtGate(post(enlisted.url, '/ledger/injected', second));
-    // Both written, neither committed: a request outside any run sees neither.
-    const outside = (await request(enlisted.url).get('/ledger')).body;
-    expect(outside).not.toContain(first);
-    expect(outside).not.toContain(second);
+  describe('by default (enlistDataSource: false)', () => {
+    const byDefault = appWith(platform, {});
 
-    succeeding.gate.release();
-    const secondResponse = await succeeding.answer;
-    expect(secondResponse.status).toBe(201);
-    expect(secondResponse.body.sees).toContain(second);
-    expect(secondResponse.body.sees).not.toContain(first);
+    it("runs IdempotencyContext.getRepository() in the run's transaction: rolled back with the handler, written once by the retry", async () => {
+      await expectWrittenOnceByTheRetry(byDefault.url, '/ledger/context-repository');
+      expect(takeErrors()).toEqual([handlerFailure]);
+    });
 
-    failing.gate.release();
-    expect((await failing.answer).status).toBe(500);
-    expect(takeErrors()).toEqual([handlerFailure]);
-    expect(await entriesOf(first)).toBe(0);
-    expect(await entriesOf(second)).toBe(1);
-  });
-
-  it("refuses a write through an entity manager of its own with onTransactionEscape: 'throw': nothing is written, the key is released", async () => {
-    const key = randomUUID();
-    expect((await post(enlisted.url, '/ledger/escaping', key)).status).toBe(500);
-    expect(takeErrors()).toEqual([
-      expect.stringMatching(
-        /TransactionEscapeError: An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/escaping went outside its transaction/,
-      ),
-    ]);
-    expect(await entriesOf(key)).toBe(0);
-    expect(await recordOf(key)).toBeUndefined();
-  });
-
-  it("leaves a standard (non-transactional) route on the data source's own connections: its write commits at once", async () => {
-    const key = randomUUID();
-    const { gate, answer } = await heldAtGate(post(enlisted.url, '/ledger/standard', key));
-    expect(await entriesOf(key)).toBe(1);
-    gate.release();
-    const response = await answer;
-    expect(response.status).toBe(201);
-    expect(response.body).toEqual({ ownManager: true });
-  });
-});
-
-describe('by default (enlistDataSource: false)', () => {
-  const byDefault = appWith({});
-
-  it("runs IdempotencyContext.getRepository() in the run's transaction: rolled back with the handler, written once by the retry", async () => {
-    await expectWrittenOnceByTheRetry(byDefault.url, '/ledger/context-repository');
-    expect(takeErrors()).toEqual([handlerFailure]);
-  });
-
-  it("logs an injected repository's write as escaping the run's transaction, naming the entity and the route", async () => {
-    const key = randomUUID();
-    expect((await post(byDefault.url, '/ledger/injected', key).set('X-Fail', 'true')).status).toBe(500);
-    expect(takeErrors()).toEqual([
-      expect.stringMatching(
-        /^ERROR \[Idempotency\] An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction: it commits on its own/,
-      ),
-      handlerFailure,
-    ]);
-    // What the log warns of: the write committed on its own, so the retry writes it a second time.
-    expect(await entriesOf(key)).toBe(1);
-    expect((await post(byDefault.url, '/ledger/injected', key)).status).toBe(201);
-    expect(takeErrors()).toEqual([expect.stringContaining('An insert of LedgerEntry during the transactional run')]);
-    expect(await entriesOf(key)).toBe(2);
+    it("logs an injected repository's write as escaping the run's transaction, naming the entity and the route", async () => {
+      const key = randomUUID();
+      expect((await post(byDefault.url, '/ledger/injected', key).set('X-Fail', 'true')).status).toBe(500);
+      expect(takeErrors()).toEqual([
+        expect.stringMatching(
+          /^ERROR \[Idempotency\] An insert of LedgerEntry during the transactional run of key "[^"]+" of POST \/ledger\/injected went outside its transaction: it commits on its own/,
+        ),
+        handlerFailure,
+      ]);
+      // What the log warns of: the write committed on its own, so the retry writes it a second time.
+      expect(await entriesOf(key)).toBe(1);
+      expect((await post(byDefault.url, '/ledger/injected', key)).status).toBe(201);
+      expect(takeErrors()).toEqual([expect.stringContaining('An insert of LedgerEntry during the transactional run')]);
+      expect(await entriesOf(key)).toBe(2);
+    });
   });
 });
 
