@@ -1,5 +1,7 @@
-import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
+import { expressPlatform } from './express-platform.js';
+import { fastifyPlatform } from './fastify-platform.js';
 
 /** The HTTP platforms the module serves, by the name their Nest adapter gives (`httpAdapter.getType()`). */
 export const SUPPORTED_HTTP_PLATFORMS = ['express', 'fastify'] as const;
@@ -51,123 +53,6 @@ export interface HttpPlatform {
    */
   bodyForValue(value: unknown): { body: Buffer; contentType?: string };
 }
-
-/** The parts of an Express request the module reads. */
-interface ExpressRequest extends IncomingMessage {
-  method: string;
-  url: string;
-  originalUrl?: string;
-  rawBody?: Buffer;
-  /** Set by a body parser that read the body (Express 5 leaves it undefined otherwise). */
-  body?: unknown;
-  route?: { path?: string };
-}
-
-const expressPlatform: HttpPlatform = {
-  name: 'express',
-  requestOf(request) {
-    const req = request as ExpressRequest;
-    return {
-      method: req.method,
-      url: req.originalUrl ?? req.url,
-      headers: req.headers,
-      routePath: req.route?.path,
-      rawBody: req.rawBody,
-      bodyParsed: req.body !== undefined,
-    };
-  },
-  responseOf(response) {
-    const res = response as ServerResponse & { send?: unknown; json?: unknown };
-    return {
-      platformResponse: res,
-      raw: res,
-      syncHeaders: () => undefined,
-      // Express's `send` and `json` (through which Nest sends a value) are skipped whole, so that nothing is
-      // serialized or hashed for an answer that is not sent.
-      silence() {
-        if (typeof res.send === 'function') res.send = () => res;
-        if (typeof res.json === 'function') res.json = () => res;
-      },
-    };
-  },
-  // Nest's ExpressAdapter.reply: nothing for null and undefined, JSON for objects, text for the rest.
-  bodyForValue(value) {
-    if (value === undefined || value === null) return { body: Buffer.alloc(0) };
-    if (typeof value === 'object') {
-      return { body: Buffer.from(JSON.stringify(value)), contentType: 'application/json; charset=utf-8' };
-    }
-    return {
-      body: Buffer.from(String(value as string | number | boolean | bigint)),
-      contentType: 'text/html; charset=utf-8',
-    };
-  },
-};
-
-/** The parts of a Fastify request (`FastifyRequest`) the module reads. */
-interface FastifyRequestLike {
-  method: string;
-  url: string;
-  originalUrl?: string;
-  headers: IncomingHttpHeaders;
-  routeOptions?: { url?: string };
-  /** Set by the content type parsers of Nest's FastifyAdapter with `rawBody: true`. */
-  rawBody?: Buffer;
-}
-
-/** The parts of a Fastify reply (`FastifyReply`) the module uses. */
-interface FastifyReplyLike {
-  raw: ServerResponse;
-  send: (payload?: unknown) => unknown;
-  getHeaders(): OutgoingHttpHeaders;
-}
-
-const fastifyPlatform: HttpPlatform = {
-  name: 'fastify',
-  requestOf(request) {
-    const req = request as FastifyRequestLike;
-    return {
-      method: req.method,
-      url: req.originalUrl ?? req.url,
-      headers: req.headers,
-      routePath: req.routeOptions?.url,
-      rawBody: req.rawBody,
-      // Fastify parses `text/plain` itself, which no application asked for: a body the module does not fingerprint
-      // is unsupported (415) as on Express, and JSON or form bodies without their raw bytes are a set-up mistake.
-      bodyParsed: false,
-    };
-  },
-  responseOf(response) {
-    const reply = response as FastifyReplyLike;
-    const raw = reply.raw;
-    return {
-      platformResponse: reply,
-      raw,
-      syncHeaders() {
-        if (raw.headersSent) return;
-        // The reply's headers, over the raw response's (what Fastify itself sends).
-        for (const [name, value] of Object.entries(reply.getHeaders())) {
-          if (value !== undefined) raw.setHeader(name, value);
-        }
-      },
-      // Fastify would serialize the value and run the onSend hooks for nothing, and warn that it was sent twice.
-      silence() {
-        reply.send = () => reply;
-      },
-    };
-  },
-  // Fastify's reply.send: nothing for undefined, text for strings, bytes as they are, JSON for the rest (null too).
-  bodyForValue(value) {
-    if (value === undefined) return { body: Buffer.alloc(0) };
-    if (typeof value === 'string') return { body: Buffer.from(value), contentType: 'text/plain; charset=utf-8' };
-    if (value instanceof Uint8Array) {
-      return {
-        body: Buffer.from(value.buffer, value.byteOffset, value.byteLength),
-        contentType: 'application/octet-stream',
-      };
-    }
-    return { body: Buffer.from(JSON.stringify(value)), contentType: 'application/json; charset=utf-8' };
-  },
-};
 
 const PLATFORMS: Record<HttpPlatformName, HttpPlatform> = { express: expressPlatform, fastify: fastifyPlatform };
 

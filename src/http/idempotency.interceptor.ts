@@ -8,21 +8,15 @@ import {
   Logger,
   type NestInterceptor,
   type OnApplicationBootstrap,
-  type Type,
 } from '@nestjs/common';
-import {
-  REDIRECT_METADATA,
-  RENDER_METADATA,
-  RESPONSE_PASSTHROUGH_METADATA,
-  ROUTE_ARGS_METADATA,
-  SSE_METADATA,
-} from '@nestjs/common/constants.js';
-import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
-import { type AbstractHttpAdapter, HttpAdapterHost, Reflector } from '@nestjs/core';
+import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { finalize, lastValueFrom, Observable, of, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
-import { IDEMPOTENT_METADATA, PASS_THROUGH_METHODS } from './http.constants.js';
+import { PASS_THROUGH_METHODS } from './http.constants.js';
+import { isNestReplying, trackNestReplies } from './nest-replies.js';
+import { RoutePlans } from './route-plans.js';
+import { OnceLog } from './once-log.js';
+import { accountOf } from './request-account.js';
 import {
-  IdempotencyAccountUnresolvedError,
   IdempotencyError,
   IdempotencyKeyRequiredError,
   IdempotencyMisconfiguredError,
@@ -39,18 +33,13 @@ import {
   isSupportedHttpPlatform,
 } from './http-platform.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import type {
-  FingerprintInput,
-  IdempotencyModuleOptions,
-  IdempotentOptions,
-} from '../protocol/idempotency-options.interface.js';
-import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
+import type { FingerprintInput, IdempotencyModuleOptions } from '../protocol/idempotency-options.interface.js';
+import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { type AttemptOutcome, IdempotencyService } from '../protocol/idempotency.service.js';
 import { HandlerWork } from './handler-work.js';
 import { isSerializableBody, responseForValue } from './handler-outcome.js';
 import { answeredElsewhere, captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
-import { describedValue } from '../protocol/described-value.js';
 
 /** How the handler's pipeline (the interceptors inside this one, then the handler) ended. */
 type PipelineEnd =
@@ -62,26 +51,6 @@ type PipelineEnd =
   | { status: 'errored'; error: unknown; whileHandlerRan: boolean }
   | { status: 'unsubscribed' };
 
-/** Responses Nest is writing right now through its platform's `reply`: a handler's value, an exception filter's answer. */
-const nestReplying = new WeakSet<object>();
-const REPLIES_TRACKED = Symbol('idempotency.repliesTracked');
-
-/** Marks the responses Nest writes, so that a response a handler writes itself (passthrough) is told apart. */
-function trackNestReplies(adapter: AbstractHttpAdapter & { [REPLIES_TRACKED]?: true }): void {
-  if (adapter[REPLIES_TRACKED]) return;
-  adapter[REPLIES_TRACKED] = true;
-  // eslint-disable-next-line @typescript-eslint/unbound-method -- called with .call(this) by the wrapper below
-  const reply = adapter.reply;
-  adapter.reply = function replyTracked(this: AbstractHttpAdapter, response: object, ...rest: unknown[]) {
-    nestReplying.add(response);
-    try {
-      return (reply as (...args: unknown[]) => unknown).call(this, response, ...rest);
-    } finally {
-      nestReplying.delete(response);
-    }
-  };
-}
-
 /**
  * A timeout's answer (408, 504) to a handler that has given its value: the interceptors inside were still at work
  * on it. Any other error after the handler's value (an interceptor that turns `null` into a 404) is the outcome.
@@ -89,14 +58,6 @@ function trackNestReplies(adapter: AbstractHttpAdapter & { [REPLIES_TRACKED]?: t
 function isTimeoutAfterWork(error: unknown, work: HandlerWork): boolean {
   const status = error instanceof HttpException ? error.getStatus() : undefined;
   return work.settlement?.status === 'fulfilled' && (error instanceof TimeoutError || status === 408 || status === 504);
-}
-
-/** What the interceptor knows of a route once: its policy and whether its response can be stored. */
-interface RoutePlan {
-  policy: IdempotencyPolicy;
-  storable: boolean;
-  /** The handler takes `@Res({ passthrough: true })`, so it may write (part of) the response itself. */
-  passthrough: boolean;
 }
 
 /**
@@ -107,10 +68,9 @@ interface RoutePlan {
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBootstrap {
   private readonly logger = new Logger('Idempotency');
-  /** Per controller class, then per handler: an inherited handler is shared by the classes that inherit it. */
-  private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
+  private readonly plans: RoutePlans;
   /** What has been logged already of what is logged once (per endpoint, or per set-up problem). */
-  private readonly loggedOnce = new Set<string>();
+  private readonly once = new OnceLog(this.logger);
   /** The application's HTTP platform, known once it is bootstrapped. */
   private platform?: HttpPlatform;
 
@@ -118,8 +78,10 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     private readonly reflector: Reflector,
     private readonly adapterHost: HttpAdapterHost,
     private readonly idempotency: IdempotencyService,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
-  ) {}
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
+  ) {
+    this.plans = new RoutePlans(reflector, options);
+  }
 
   /** The HTTP adapter exists once the application is bootstrapped (none in an application context without HTTP). */
   onApplicationBootstrap(): void {
@@ -139,7 +101,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
   }
 
   private async interceptIdempotent(context: ExecutionContext, next: CallHandler): Promise<Observable<unknown>> {
-    const plan = context.getType() === 'http' ? this.planFor(context) : null;
+    const plan = context.getType() === 'http' ? this.plans.planFor(context) : null;
     if (!plan) return next.handle();
     const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
     const request = platform.requestOf(context.switchToHttp().getRequest<object>());
@@ -152,7 +114,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       if (policy.required) throw new IdempotencyKeyRequiredError(policy.headerName);
       return next.handle();
     }
-    const scope = { account: await this.accountOf(context, request, policy), endpoint: endpointOf(request), key };
+    const scope = { account: await accountOf(context, request, policy, this.once), endpoint: endpointOf(request), key };
     const fingerprint = policy.fingerprint(this.fingerprintInputOf(request));
 
     const terms = { key: policy.headerName, usedWith: 'request (method, path, query or body)' };
@@ -167,12 +129,11 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     // written to it, and the handler does not run (its work would be done with no client to hear of it, and its
     // retry would do it again), so the claim is released at once.
     if (answeredElsewhere(response)) {
-      this.logOnce(`answered ${scope.endpoint}`, () =>
-        this.logger.warn(
-          `A request to ${scope.endpoint} was answered outside Nest (a timeout such as Fastify's handlerTimeout) ` +
-            'while its claim was made: its handler was not run, and the claim was released for its retry. Such a ' +
-            'timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with inFlight: wait).',
-        ),
+      this.once.warn(
+        `answered ${scope.endpoint}`,
+        `A request to ${scope.endpoint} was answered outside Nest (a timeout such as Fastify's handlerTimeout) ` +
+          'while its claim was made: its handler was not run, and the claim was released for its retry. Such a ' +
+          'timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with inFlight: wait).',
       );
       if (decision.action === 'replay') return of(undefined);
       await this.idempotency
@@ -222,7 +183,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       const writtenByHandler =
         plan.passthrough &&
         sent !== undefined &&
-        (work.isCurrentHandler || (!nestReplying.has(response.platformResponse) && pipeline === undefined));
+        (work.isCurrentHandler || (!isNestReplying(response.platformResponse) && pipeline === undefined));
       if (plan.storable && !writtenByHandler && answeredForHandler) {
         const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
         const route = { context, method: request.method, policy, answered: sent, platform };
@@ -357,123 +318,20 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     return outcome.asObservable();
   }
 
-  private planFor(context: ExecutionContext): RoutePlan | null {
-    const [controller, handler] = [context.getClass(), context.getHandler()];
-    let plans = this.plans.get(controller);
-    if (!plans) this.plans.set(controller, (plans = new WeakMap()));
-    let plan = plans.get(handler);
-    if (plan === undefined) {
-      const [methodOptions, classOptions] = this.reflector.getAll<(IdempotentOptions | undefined)[]>(
-        IDEMPOTENT_METADATA,
-        [handler, controller],
-      );
-      plan =
-        methodOptions || classOptions
-          ? {
-              policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
-              ...responseHandlingOf(controller, handler),
-            }
-          : null;
-      plans.set(handler, plan);
-    }
-    return plan;
-  }
-
-  /**
-   * The account a request belongs to. A resolver that fails, or gives no account, is the application's mistake (a
-   * public route under a resolver that reads what a guard sets): answered 500 before anything is claimed, and
-   * logged once per route with the reason. An `HttpException` it throws (a 401, say) is its answer, and passes.
-   */
-  private async accountOf(context: ExecutionContext, request: HttpRequest, policy: IdempotencyPolicy): Promise<string> {
-    if (!policy.accountResolver) return '';
-    let account: unknown;
-    try {
-      account = await policy.accountResolver(context);
-    } catch (error) {
-      if (error instanceof HttpException) throw error;
-      throw this.accountUnresolved(context, request, `it threw ${error}`);
-    }
-    if ((typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) || account === '') {
-      throw this.accountUnresolved(context, request, `it returned ${describedValue(account)}`);
-    }
-    return String(account);
-  }
-
-  private accountUnresolved(
-    context: ExecutionContext,
-    request: HttpRequest,
-    reason: string,
-  ): IdempotencyAccountUnresolvedError {
-    const endpoint = endpointOf(request);
-    this.logOnce(`account ${endpoint}`, () =>
-      this.logger.error(
-        `The accountResolver gave no account for ${context.getClass().name}.${context.getHandler().name} (${endpoint}): ` +
-          `${reason}. Its requests are answered 500 idempotency_account_unresolved and do not run. The resolver runs ` +
-          'after guards: a route without the guard it relies on (a public route) needs a resolver of its own, ' +
-          '`@Idempotent({ accountResolver })`.',
-      ),
-    );
-    return new IdempotencyAccountUnresolvedError();
-  }
-
   /** What the request's fingerprint is computed from; a set-up problem it reveals is logged once, with its fix. */
   private fingerprintInputOf(request: HttpRequest): FingerprintInput {
     try {
       return fingerprintInputOf(request);
     } catch (error) {
-      if (error instanceof IdempotencyMisconfiguredError)
-        this.logOnce(error.setupFix, () => this.logger.error(error.setupFix));
+      if (error instanceof IdempotencyMisconfiguredError) this.once.error(error.setupFix, error.setupFix);
       throw error;
     }
   }
 
   private warnOnce(endpoint: string, reason: string): void {
-    this.logOnce(`unstored ${endpoint}`, () =>
-      this.logger.warn(`Responses of ${endpoint} are not stored for replay (${reason}); their claims are released.`),
+    this.once.warn(
+      `unstored ${endpoint}`,
+      `Responses of ${endpoint} are not stored for replay (${reason}); their claims are released.`,
     );
   }
-
-  private logOnce(about: string, log: () => void): void {
-    if (this.loggedOnce.has(about)) return;
-    this.loggedOnce.add(about);
-    log();
-  }
-}
-
-/**
- * How a route's response is written. Not storable: routes whose response Nest does not send from the handler's
- * value (SSE, `@Redirect()`, `@Render()`, and `@Res()`/`@Next()` without passthrough), since a replay could not be
- * sent the way they send. Passthrough: the handler takes `@Res({ passthrough: true })` and may write through it.
- */
-function responseHandlingOf(controller: Type, handler: object): { storable: boolean; passthrough: boolean } {
-  // Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`.
-  const methodName = methodNameOf(controller, handler);
-  if (methodName === undefined) return { storable: false, passthrough: false };
-  const passthrough = Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
-  if (
-    [SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)
-  ) {
-    return { storable: false, passthrough };
-  }
-  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {}) as Record<string, unknown>;
-  const takesResponse = Object.keys(args).some((key) => {
-    const type = Number(key.split(':')[0]) as RouteParamtypes;
-    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
-  });
-  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
-  return { storable: !takesResponse || passthrough, passthrough };
-}
-
-function methodNameOf(controller: Type, handler: object): string | undefined {
-  for (
-    let proto = controller.prototype as object | null;
-    proto && proto !== Object.prototype;
-    proto = Object.getPrototypeOf(proto) as object | null
-  ) {
-    const name = Object.getOwnPropertyNames(proto).find(
-      (key) => Object.getOwnPropertyDescriptor(proto, key)?.value === handler,
-    );
-    if (name !== undefined) return name;
-  }
-  return undefined;
 }

@@ -1,0 +1,93 @@
+import type { ExecutionContext, Type } from '@nestjs/common';
+import {
+  REDIRECT_METADATA,
+  RENDER_METADATA,
+  RESPONSE_PASSTHROUGH_METADATA,
+  ROUTE_ARGS_METADATA,
+  SSE_METADATA,
+} from '@nestjs/common/constants.js';
+import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
+import type { Reflector } from '@nestjs/core';
+import type { IdempotencyModuleOptions, IdempotentOptions } from '../protocol/idempotency-options.interface.js';
+import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
+import { IDEMPOTENT_METADATA } from './http.constants.js';
+
+/** What the interceptor knows of a route once: its policy and whether its response can be stored. */
+export interface RoutePlan {
+  policy: IdempotencyPolicy;
+  storable: boolean;
+  /** The handler takes `@Res({ passthrough: true })`, so it may write (part of) the response itself. */
+  passthrough: boolean;
+}
+
+/** The plans of the application's routes, each read once from its metadata (`@Idempotent()` and Nest's own). */
+export class RoutePlans {
+  /** Per controller class, then per handler: an inherited handler is shared by the classes that inherit it. */
+  private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
+
+  constructor(
+    private readonly reflector: Reflector,
+    private readonly options: IdempotencyModuleOptions,
+  ) {}
+
+  /** The plan of the route `context` runs, or `null` when the route is not idempotent. */
+  planFor(context: ExecutionContext): RoutePlan | null {
+    const [controller, handler] = [context.getClass(), context.getHandler()];
+    let plans = this.plans.get(controller);
+    if (!plans) this.plans.set(controller, (plans = new WeakMap()));
+    let plan = plans.get(handler);
+    if (plan === undefined) {
+      const [methodOptions, classOptions] = this.reflector.getAll<(IdempotentOptions | undefined)[]>(
+        IDEMPOTENT_METADATA,
+        [handler, controller],
+      );
+      plan =
+        methodOptions || classOptions
+          ? {
+              policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
+              ...responseHandlingOf(controller, handler),
+            }
+          : null;
+      plans.set(handler, plan);
+    }
+    return plan;
+  }
+}
+
+/**
+ * How a route's response is written. Not storable: routes whose response Nest does not send from the handler's
+ * value (SSE, `@Redirect()`, `@Render()`, and `@Res()`/`@Next()` without passthrough), since a replay could not be
+ * sent the way they send. Passthrough: the handler takes `@Res({ passthrough: true })` and may write through it.
+ */
+function responseHandlingOf(controller: Type, handler: object): { storable: boolean; passthrough: boolean } {
+  // Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`.
+  const methodName = methodNameOf(controller, handler);
+  if (methodName === undefined) return { storable: false, passthrough: false };
+  const passthrough = Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
+  if (
+    [SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)
+  ) {
+    return { storable: false, passthrough };
+  }
+  const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {}) as Record<string, unknown>;
+  const takesResponse = Object.keys(args).some((key) => {
+    const type = Number(key.split(':')[0]) as RouteParamtypes;
+    return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
+  });
+  // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
+  return { storable: !takesResponse || passthrough, passthrough };
+}
+
+function methodNameOf(controller: Type, handler: object): string | undefined {
+  for (
+    let proto = controller.prototype as object | null;
+    proto && proto !== Object.prototype;
+    proto = Object.getPrototypeOf(proto) as object | null
+  ) {
+    const name = Object.getOwnPropertyNames(proto).find(
+      (key) => Object.getOwnPropertyDescriptor(proto, key)?.value === handler,
+    );
+    if (name !== undefined) return name;
+  }
+  return undefined;
+}
