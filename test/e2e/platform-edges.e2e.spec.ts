@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
-import { Controller, type INestApplication, Post, Version, VersioningType } from '@nestjs/common';
+import { Controller, type INestApplication, Post, Res, Version, VersioningType } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
@@ -40,6 +40,24 @@ class BigController {
   @Post()
   create() {
     return { run: (this.runs += 1), padding: 'x'.repeat(4096) };
+  }
+}
+
+/** Fastify's idiom `return reply.send(value)`: the handler returns the reply, which is a thenable. */
+@Controller('returns-reply')
+class ReturnsReplyController {
+  runs = 0;
+
+  @Post()
+  @Idempotent({ required: false })
+  create(@Res({ passthrough: true }) reply: { code(status: number): { send(body: unknown): unknown } }) {
+    return reply.code(200).send({ run: (this.runs += 1) });
+  }
+
+  @Post('own')
+  @Idempotent({ required: false })
+  createOwn(@Res() reply: { code(status: number): { send(body: unknown): unknown } }) {
+    return reply.code(200).send({ run: (this.runs += 1) });
   }
 }
 
@@ -160,5 +178,40 @@ describe('on fastify, with a compression plugin (an onSend hook that returns a s
     expect(retry.headers['idempotent-replay']).toBe('true');
     expect(app.get(BigController).runs).toBe(1);
     expect(logger.warnings).toEqual([]);
+  });
+});
+
+describe('on fastify, a passthrough handler that returns reply.send(…) (a thenable that settles once the response is sent)', () => {
+  let app: INestApplication;
+  let url: string;
+
+  beforeAll(async () => {
+    ({ app, url } = await startApp('fastify', [ReturnsReplyController], () => undefined, new RecordingLogger()));
+  });
+
+  afterAll(async () => {
+    await app?.close();
+  });
+
+  it('without a key (the module steps aside), answers', async () => {
+    const response = await request(url).post('/returns-reply').send({ amount: 1 }).timeout(3000).expect(200);
+    expect(response.body).toEqual({ run: 1 });
+  });
+
+  // Nest awaits the returned reply (Fastify's reply is thenable: it settles on the raw response's 'finish'), while
+  // the module holds that response's end until the handler's pipeline has ended: neither ever goes on. The client
+  // waits forever, the lease is renewed for maxHoldSeconds, and the key is stuck in progress (409) meanwhile.
+  it('with a key, answers, and the retry is replayed', async () => {
+    const key = randomUUID();
+    const post = () =>
+      request(url).post('/returns-reply').set('Idempotency-Key', key).send({ amount: 1 }).timeout(3000);
+    const first = await post().expect(200);
+    const retry = await post().expect(200);
+    expect(retry.headers['idempotent-replay']).toBe('true');
+    expect(retry.body).toEqual(first.body);
+  });
+
+  it('with @Res() (not stored), answers', async () => {
+    await request(url).post('/returns-reply/own').set('Idempotency-Key', randomUUID()).timeout(3000).expect(200);
   });
 });
