@@ -184,6 +184,15 @@ function isThenable(value: unknown): value is PromiseLike<unknown> {
   return typeof (value as { then?: unknown } | null)?.then === 'function';
 }
 
+/**
+ * A handler that returns its own response object has answered (`return reply.send(…)` on Fastify): its value is
+ * nothing more. Fastify's reply is thenable and settles once the response has gone out, which the module holds until
+ * the handler's work is done; awaited as the handler's value, each would wait for the other.
+ */
+function ownAnswerSettled(value: unknown, args: unknown[]): unknown {
+  return isThenable(value) && args.includes(value) ? undefined : value;
+}
+
 const TRACKED = Symbol('idempotency.trackedHandler');
 
 /**
@@ -193,7 +202,7 @@ const TRACKED = Symbol('idempotency.trackedHandler');
 export function trackedHandler<F extends (...args: never[]) => unknown>(handler: F): F {
   if ((handler as unknown as Record<symbol, unknown>)[TRACKED]) return handler;
   const tracked = function (this: unknown, ...args: Parameters<F>) {
-    return HandlerWork.invoke(() => handler.apply(this, args));
+    return HandlerWork.invoke(() => ownAnswerSettled(handler.apply(this, args), args));
   } as unknown as F;
   for (const key of Reflect.getOwnMetadataKeys(handler)) {
     Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), tracked);

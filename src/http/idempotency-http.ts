@@ -55,9 +55,9 @@ function contentTypeOf(request: HttpRequest): string {
 }
 
 /** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */
-export function endpointOf(request: HttpRequest): string {
+export function endpointOf(request: HttpRequest, version?: string): string {
   const template = request.routePath ?? request.url.split('?')[0];
-  return `${request.method} ${template}`;
+  return version === undefined ? `${request.method} ${template}` : `${request.method} ${template} (version ${version})`;
 }
 
 /** On the Node.js response, which every platform merges into what it sends (an exception filter's answer, say). */

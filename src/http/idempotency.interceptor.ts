@@ -114,7 +114,11 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       if (policy.required) throw new IdempotencyKeyRequiredError(policy.headerName);
       return next.handle();
     }
-    const scope = { account: await accountOf(context, request, policy, this.once), endpoint: endpointOf(request), key };
+    const scope = {
+      account: await accountOf(context, request, policy, this.once),
+      endpoint: endpointOf(request, plan.version),
+      key,
+    };
     const fingerprint = policy.fingerprint(this.fingerprintInputOf(request));
 
     const terms = { key: policy.headerName, usedWith: 'request (method, path, query or body)' };

@@ -224,7 +224,11 @@ function describeSent(
   encoding: BufferEncoding | undefined,
 ): SentResponse {
   if (!options.storable || streamed) {
-    return { storable: false, reason: 'the handler streams its response or writes it itself' };
+    return {
+      storable: false,
+      reason:
+        'the response is streamed, by the handler or by a plugin such as compression, or the handler writes it itself',
+    };
   }
   const body = toBuffer(chunk, encoding);
   if (body === undefined) return { storable: false, reason: 'the response body is not bytes or text' };

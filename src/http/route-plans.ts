@@ -5,6 +5,7 @@ import {
   RESPONSE_PASSTHROUGH_METADATA,
   ROUTE_ARGS_METADATA,
   SSE_METADATA,
+  VERSION_METADATA,
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import type { Reflector } from '@nestjs/core';
@@ -18,6 +19,11 @@ export interface RoutePlan {
   storable: boolean;
   /** The handler takes `@Res({ passthrough: true })`, so it may write (part of) the response itself. */
   passthrough: boolean;
+  /**
+   * The route's version (`@Version()`, or its controller's), which its template may not show (header and media-type
+   * versioning): two versions of one template are two routes, and never share a key's scope.
+   */
+  version: string | undefined;
 }
 
 /** The plans of the application's routes, each read once from its metadata (`@Idempotent()` and Nest's own). */
@@ -46,6 +52,7 @@ export class RoutePlans {
           ? {
               policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
               ...responseHandlingOf(controller, handler),
+              version: versionOf(this.reflector.getAllAndOverride(VERSION_METADATA, [handler, controller])),
             }
           : null;
       plans.set(handler, plan);
@@ -89,5 +96,12 @@ function methodNameOf(controller: Type, handler: object): string | undefined {
     );
     if (name !== undefined) return name;
   }
+  return undefined;
+}
+
+/** A route's version as text: one, several (in order), or none (unversioned, or `VERSION_NEUTRAL`: any version). */
+function versionOf(version: unknown): string | undefined {
+  if (typeof version === 'string') return version;
+  if (Array.isArray(version)) return version.map(String).sort().join(',');
   return undefined;
 }
