@@ -155,7 +155,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     }
 
     const { run } = decision;
-    const work = new HandlerWork(plan.storable);
+    const work = new HandlerWork(plan.replayable);
     let pipeline: PipelineEnd | undefined;
     let pipelineEnded!: () => void;
     // The attempt is over once the handler's pipeline has ended and no invocation of the handler still runs.
@@ -188,19 +188,23 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
         plan.passthrough &&
         sent !== undefined &&
         (work.isCurrentHandler || (!isNestReplying(response.platformResponse) && pipeline === undefined));
-      if (plan.storable && !writtenByHandler && answeredForHandler) {
+      if (plan.replayable && !writtenByHandler && answeredForHandler) {
         const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
         const route = { context, method: request.method, policy, answered: sent, platform };
         void workDone.then(() => this.outcomeOfWork(pipeline as PipelineEnd, work, pipelineRun, route)).then(conclude);
         return undefined;
       }
-      if (sent && !sent.storable) this.warnOnce(scope.endpoint, sent.reason);
+      if (sent && !sent.captured) this.warnOnce(scope.endpoint, sent.reason);
       await workDone;
-      return conclude({ response: sent?.storable ? sent.response : undefined, failed: pipeline?.status === 'errored' });
+      return conclude({ response: sent?.captured ? sent.response : undefined, failed: pipeline?.status === 'errored' });
     };
     const capture = captureResponse(
       response,
-      { storable: plan.storable, maxBodyBytes: policy.maxStoredBodyBytes, storedHeaders: policy.storedResponseHeaders },
+      {
+        replayable: plan.replayable,
+        maxBodyBytes: policy.maxStoredBodyBytes,
+        storedHeaders: policy.storedResponseHeaders,
+      },
       finish,
     );
     this.idempotency.onAbandoned(run, (error) => capture.answer(errorResponse(error)));
@@ -221,7 +225,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
         pipelineEnded();
       }),
     );
-    if (plan.storable) return this.runToCompletion(handled, response, capture, finish);
+    if (plan.replayable) return this.runToCompletion(handled, response, capture, finish);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
     response.raw.once('close', () => setImmediate(() => capture.ended || void finish(undefined)));
     return handled;
@@ -249,7 +253,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     },
   ): Promise<AttemptOutcome> {
     const { context, method, policy, answered, platform } = route;
-    const asAnswered = { response: answered?.storable ? answered.response : undefined, failed: true };
+    const asAnswered = { response: answered?.captured ? answered.response : undefined, failed: true };
     let value: unknown;
     if (pipeline.status === 'completed' && !pipeline.whileHandlerRan) value = pipeline.value;
     else if (work.settlement?.status === 'fulfilled') {

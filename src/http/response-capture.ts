@@ -3,11 +3,11 @@ import type { StoredResponse } from '../protocol/idempotency-store.interface.js'
 import type { HttpResponse } from './http-platform.js';
 
 /** What was sent: the whole response, or why it could not be stored. */
-export type SentResponse = { storable: true; response: StoredResponse } | { storable: false; reason: string };
+export type SentResponse = { captured: true; response: StoredResponse } | { captured: false; reason: string };
 
 export interface CaptureOptions {
   /** False when the route is known to write its response itself (SSE, `@Res()` without passthrough). */
-  storable: boolean;
+  replayable: boolean;
   maxBodyBytes: number;
   storedHeaders: ReadonlySet<string>;
 }
@@ -223,20 +223,20 @@ function describeSent(
   chunk: unknown,
   encoding: BufferEncoding | undefined,
 ): SentResponse {
-  if (!options.storable || streamed) {
+  if (!options.replayable || streamed) {
     return {
-      storable: false,
+      captured: false,
       reason:
         'the response is streamed, by the handler or by a plugin such as compression, or the handler writes it itself',
     };
   }
   const body = toBuffer(chunk, encoding);
-  if (body === undefined) return { storable: false, reason: 'the response body is not bytes or text' };
+  if (body === undefined) return { captured: false, reason: 'the response body is not bytes or text' };
   if (body.length > options.maxBodyBytes) {
-    return { storable: false, reason: `the response body is larger than ${options.maxBodyBytes} bytes` };
+    return { captured: false, reason: `the response body is larger than ${options.maxBodyBytes} bytes` };
   }
   return {
-    storable: true,
+    captured: true,
     response: { status: res.statusCode, headers: pickHeaders(res.getHeaders(), options.storedHeaders), body },
   };
 }

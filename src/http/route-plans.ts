@@ -16,7 +16,8 @@ import { IDEMPOTENT_METADATA } from './http.constants.js';
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 export interface RoutePlan {
   policy: IdempotencyPolicy;
-  storable: boolean;
+  /** Nest sends its response from the handler's value (or the handler writes it through passthrough): it can be replayed. */
+  replayable: boolean;
   /** The handler takes `@Res({ passthrough: true })`, so it may write (part of) the response itself. */
   passthrough: boolean;
   /**
@@ -62,19 +63,19 @@ export class RoutePlans {
 }
 
 /**
- * How a route's response is written. Not storable: routes whose response Nest does not send from the handler's
+ * How a route's response is written. Not replayable: routes whose response Nest does not send from the handler's
  * value (SSE, `@Redirect()`, `@Render()`, and `@Res()`/`@Next()` without passthrough), since a replay could not be
  * sent the way they send. Passthrough: the handler takes `@Res({ passthrough: true })` and may write through it.
  */
-function responseHandlingOf(controller: Type, handler: object): { storable: boolean; passthrough: boolean } {
+function responseHandlingOf(controller: Type, handler: object): { replayable: boolean; passthrough: boolean } {
   // Route metadata is keyed by the method's property name, which a wrapping decorator may not keep as `handler.name`.
   const methodName = methodNameOf(controller, handler);
-  if (methodName === undefined) return { storable: false, passthrough: false };
+  if (methodName === undefined) return { replayable: false, passthrough: false };
   const passthrough = Boolean(Reflect.getMetadata(RESPONSE_PASSTHROUGH_METADATA, controller, methodName));
   if (
     [SSE_METADATA, REDIRECT_METADATA, RENDER_METADATA].some((key) => Reflect.getMetadata(key, handler) !== undefined)
   ) {
-    return { storable: false, passthrough };
+    return { replayable: false, passthrough };
   }
   const args = (Reflect.getMetadata(ROUTE_ARGS_METADATA, controller, methodName) ?? {}) as Record<string, unknown>;
   const takesResponse = Object.keys(args).some((key) => {
@@ -82,7 +83,7 @@ function responseHandlingOf(controller: Type, handler: object): { storable: bool
     return type === RouteParamtypes.RESPONSE || type === RouteParamtypes.NEXT;
   });
   // Nest's own rule (RouterExecutionContext.isResponseHandled), read from the same metadata.
-  return { storable: !takesResponse || passthrough, passthrough };
+  return { replayable: !takesResponse || passthrough, passthrough };
 }
 
 function methodNameOf(controller: Type, handler: object): string | undefined {

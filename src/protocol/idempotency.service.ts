@@ -35,6 +35,7 @@ import type {
 } from './idempotency-store.interface.js';
 import { type Instant, ReplayCache } from './replay-cache.js';
 import { ClaimFinalizer } from './claim-finalizer.js';
+import { ExpiredRecordsPurge } from './expired-records-purge.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
 
@@ -99,13 +100,12 @@ interface RunningAttempt {
 @Injectable()
 export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdown {
   private readonly logger = new Logger('Idempotency');
-  private readonly purge: ReturnType<typeof resolvePurgeSettings>;
+  private readonly purge: ExpiredRecordsPurge;
   private readonly leases: LeaseRenewals;
   private readonly finalizer: ClaimFinalizer;
   private readonly replays: ReplayCache;
   /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
   private readonly claimsOf = new WeakMap<IdempotencyRun, ClaimedRequest>();
-  private purgeTimer?: NodeJS.Timeout;
   private readonly shutdownTimeoutSeconds: number;
   private readonly running = new Map<IdempotencyRun, RunningAttempt>();
   /** Transactions cut under their running handlers (past maxHoldSeconds): nothing of them can commit. */
@@ -122,7 +122,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   ) {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
     checkTenancy(options);
-    this.purge = resolvePurgeSettings(options);
+    this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options), this.logger);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.shutdownTimeoutSeconds = resolveShutdownTimeout(options);
     this.finalizer = new ClaimFinalizer(store, this.logger);
@@ -135,13 +135,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
 
   async onModuleInit(): Promise<void> {
     await this.checkStoreSchema();
-    const interval = this.purge.intervalSeconds;
-    if (interval !== false) {
-      this.purgeTimer = setInterval(() => {
-        this.purgeExpired().catch((error: unknown) => this.logger.error(`Purging expired records failed: ${error}`));
-      }, interval * 1000);
-      this.purgeTimer.unref();
-    }
+    this.purge.schedule();
   }
 
   /**
@@ -167,7 +161,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    */
   async beforeApplicationShutdown(): Promise<void> {
     this.shuttingDown = true;
-    clearInterval(this.purgeTimer);
+    this.purge.stop();
     const timeoutSeconds = this.shutdownTimeoutSeconds;
     if (this.activeAttempts() > 0) {
       this.logger.log(
@@ -427,15 +421,12 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     return { result: parseResult<T>(response), replayed: false };
   }
 
-  /** Deletes every expired record, one bounded batch per statement; returns how many it deleted. */
-  async purgeExpired(batchSize: number = this.purge.batchSize): Promise<number> {
-    resolvePurgeSettings({ purgeBatchSize: batchSize });
-    let total = 0;
-    for (;;) {
-      const purged = await this.store.purgeExpired(batchSize);
-      total += purged;
-      if (purged < batchSize) return total;
-    }
+  /**
+   * Deletes every expired record, one bounded batch (default `purgeBatchSize`) per statement; returns how many it
+   * deleted. For a purge of your own, with `purgeIntervalSeconds: false`.
+   */
+  purgeExpired(batchSize?: number): Promise<number> {
+    return this.purge.purge(batchSize);
   }
 
   private claim(claim: IdempotencyClaim, fingerprint: string, policy: IdempotencyPolicy): Promise<ClaimResult> {

@@ -77,7 +77,7 @@ describe('IdempotencyService.purgeExpired', () => {
 });
 
 const purgeTimerOf = (service: IdempotencyService) =>
-  (service as unknown as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
+  (service as unknown as { purge: { timer?: NodeJS.Timeout } }).purge.timer;
 
 describe('purgeIntervalSeconds', () => {
   it('starts a purge timer by default, which does not keep the process alive', async () => {
