@@ -1,6 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
-import { IDEMPOTENCY_STORE } from './idempotency.tokens.js';
 import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
@@ -9,7 +8,7 @@ import {
   RequestInProgressError,
   type KeyTerms,
 } from './idempotency.errors.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from './idempotency.tokens.js';
+import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './idempotency.tokens.js';
 import {
   checkTenancy,
   type IdempotencyPolicy,
@@ -31,13 +30,13 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
-  StoreTransaction,
 } from './idempotency-store.interface.js';
 import { type Instant, ReplayCache } from './replay-cache.js';
 import { ClaimFinalizer } from './claim-finalizer.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
 import { LeaseRenewals } from './lease-renewals.js';
-import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
+import { type AttemptOutcome, OutcomeWriter } from './outcome-writer.js';
+import { describeScope, withTimeout } from './store-bounds.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision =
@@ -66,14 +65,6 @@ export interface ExecuteResult<T> {
   result: JsonResult<T>;
   /** The work ran in an earlier call; this one returned its stored result. */
   replayed: boolean;
-}
-
-/** How an attempt's work ended. */
-export interface AttemptOutcome {
-  /** The response as sent, or `undefined` when it could not be stored (streamed, too large). */
-  response: StoredResponse | undefined;
-  /** Whether the handler threw (its response, if any, is the exception filter's). */
-  failed: boolean;
 }
 
 /** What a run was claimed for: its request's fingerprint, when its claim was sent, and how refusals name its key. */
@@ -108,8 +99,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private readonly claimsOf = new WeakMap<IdempotencyRun, ClaimedRequest>();
   private readonly shutdownTimeoutSeconds: number;
   private readonly running = new Map<IdempotencyRun, RunningAttempt>();
-  /** Transactions cut under their running handlers (past maxHoldSeconds): nothing of them can commit. */
-  private readonly cutTransactions = new WeakSet<StoreTransaction>();
+  private readonly outcomes: OutcomeWriter;
   private shuttingDown = false;
   /** Attempts whose claim is made and whose run is being started (waiting for a transaction slot, say). */
   private starting = 0;
@@ -126,10 +116,13 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.shutdownTimeoutSeconds = resolveShutdownTimeout(options);
     this.finalizer = new ClaimFinalizer(store, this.logger);
+    this.outcomes = new OutcomeWriter(store, this.logger, this.finalizer, (run, response, policy) =>
+      this.rememberOutcome(run, response, policy),
+    );
     this.leases = new LeaseRenewals(
       store,
       this.logger,
-      (transaction, policy) => void this.cutTransaction(transaction, policy),
+      (transaction, policy) => void this.outcomes.cut(transaction, policy),
     );
   }
 
@@ -208,17 +201,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       `Shutting down: the handler of ${describeScope(run.scope)} did not finish within shutdownTimeoutSeconds ` +
         `(${this.shutdownTimeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
     );
-    if (run.transaction) await this.cutTransaction(run.transaction, policy);
+    if (run.transaction) await this.outcomes.cut(run.transaction, policy);
     await this.finalizer.finalize(run.claim, undefined, policy);
     attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
-  }
-
-  /** Ends a transaction under a handler that still runs: PostgreSQL rolls it back and frees its locks. */
-  private async cutTransaction(transaction: StoreTransaction, policy: IdempotencyPolicy): Promise<void> {
-    this.cutTransactions.add(transaction);
-    transaction.abandon();
-    // Gives the (now cut) connection and its transaction slot back.
-    await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
   }
 
   /**
@@ -315,53 +300,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     try {
       if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
-      return await this.writeOutcome(run, outcome, policy);
+      return await this.outcomes.write(run, outcome, policy, () => this.termsOf(run));
     } finally {
       this.running.delete(run);
       if (this.activeAttempts() === 0) this.drained?.();
     }
-  }
-
-  /** Stores or releases the finished attempt's outcome (committing or rolling back its transaction). */
-  private async writeOutcome(
-    run: IdempotencyRun,
-    outcome: AttemptOutcome,
-    policy: IdempotencyPolicy,
-  ): Promise<IdempotencyError | undefined> {
-    const { response, failed } = outcome;
-    const toStore = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
-    const { transaction } = run;
-    if (transaction && this.cutTransactions.has(transaction)) {
-      // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
-      const released = await this.finalizer.finalize(run.claim, undefined, policy);
-      return released === 'taken-over'
-        ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
-        : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-    }
-    if (transaction && toStore && !failed) return this.commitWithOutcome(run, toStore, policy);
-    if (transaction) {
-      // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
-      const ending = response === undefined && !failed ? 'commit' : 'rollback';
-      const ended = await this.endTransaction(transaction, ending, policy).then(
-        () => true,
-        (error: unknown) => {
-          this.logger.error(`Ending the transaction of ${describeScope(run.scope)} failed: ${error}`);
-          return false;
-        },
-      );
-      // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
-      // database (a handler whose connection was lost under it fails with that connection's error).
-      if ((failed && transaction.connectionLost) || (ending === 'commit' && !ended)) {
-        await this.finalizer.finalize(run.claim, undefined, policy);
-        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      }
-    }
-    const finalized = await this.finalizer.finalize(run.claim, toStore, policy);
-    if (finalized === 'held' && toStore) this.rememberOutcome(run, toStore, policy);
-    // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
-    return finalized === 'taken-over' && toStore && !failed
-      ? new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run))
-      : undefined;
   }
 
   private termsOf(run: IdempotencyRun): KeyTerms {
@@ -477,54 +420,6 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     }
     this.leases.start(run, policy);
     return run;
-  }
-
-  /** Stores the handler's writes and its outcome in one commit. */
-  private async commitWithOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) {
-    const transaction = run.transaction as NonNullable<IdempotencyRun['transaction']>;
-    try {
-      const held = await withTimeout(
-        this.store.complete(run.claim, response, policy.ttlSeconds, transaction),
-        policy,
-        'storing the outcome',
-      );
-      if (!held) {
-        await this.endTransaction(transaction, 'rollback', policy);
-        this.logger.warn(
-          `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
-        );
-        return new RequestInProgressError(policy.retryAfterSeconds, this.termsOf(run));
-      }
-      await this.endTransaction(transaction, 'commit', policy);
-      this.rememberOutcome(run, response, policy);
-      return undefined;
-    } catch (error) {
-      await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
-      this.logger.error(
-        `Committing the work and outcome of ${describeScope(run.scope)} failed; the client gets 503, and its retry ` +
-          `gets the outcome if the commit went through after all, or runs again: ${error}`,
-      );
-      // If the commit did go through, the record is completed and this release finds nothing to do.
-      await this.finalizer.finalize(run.claim, undefined, policy);
-      return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-    }
-  }
-
-  /**
-   * Commits or rolls back within `storeTimeoutSeconds`; past it, the connection is cut, so that a stalled
-   * database neither holds the response nor keeps the connection (PostgreSQL rolls back what was not committed).
-   */
-  private async endTransaction(
-    transaction: StoreTransaction,
-    ending: 'commit' | 'rollback',
-    policy: IdempotencyPolicy,
-  ) {
-    await withTimeout(transaction[ending](), policy, ending === 'commit' ? 'committing' : 'rolling back').catch(
-      (error: unknown) => {
-        if (error instanceof StoreTimeoutError) transaction.abandon();
-        throw error;
-      },
-    );
   }
 }
 

@@ -1,0 +1,141 @@
+import type { Logger } from '@nestjs/common';
+import type { ClaimFinalizer } from './claim-finalizer.js';
+import {
+  type IdempotencyError,
+  IdempotencyStoreUnavailableError,
+  type KeyTerms,
+  RequestInProgressError,
+} from './idempotency.errors.js';
+import type { IdempotencyPolicy } from './idempotency-policy.js';
+import type { IdempotencyRun } from './idempotency-run.js';
+import type { IdempotencyStore, StoredResponse, StoreTransaction } from './idempotency-store.interface.js';
+import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
+
+/** How an attempt's work ended. */
+export interface AttemptOutcome {
+  /** The response as sent, or `undefined` when it could not be stored (streamed, too large). */
+  response: StoredResponse | undefined;
+  /** Whether the handler threw (its response, if any, is the exception filter's). */
+  failed: boolean;
+}
+
+/**
+ * Ends finished attempts: stores a final outcome (on a transactional route, in the commit of the handler's writes) or
+ * releases the claim (rolling the writes back), and says what the client must get instead when that failed.
+ */
+export class OutcomeWriter {
+  /** Transactions cut under their running handlers: nothing of them can commit. */
+  private readonly cutTransactions = new WeakSet<StoreTransaction>();
+
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly logger: Logger,
+    private readonly finalizer: ClaimFinalizer,
+    /** Told of each outcome stored (the replay cache keeps it). */
+    private readonly stored: (run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) => void,
+  ) {}
+
+  /** Ends a transaction under a handler that still runs (past maxHoldSeconds, or by shutdown): it rolls back and frees its locks. */
+  async cut(transaction: StoreTransaction, policy: IdempotencyPolicy): Promise<void> {
+    this.cutTransactions.add(transaction);
+    transaction.abandon();
+    // Gives the (now cut) connection and its transaction slot back.
+    await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
+  }
+
+  /** Stores or releases the finished attempt's outcome (committing or rolling back its transaction). */
+  async write(
+    run: IdempotencyRun,
+    outcome: AttemptOutcome,
+    policy: IdempotencyPolicy,
+    termsOf: () => KeyTerms,
+  ): Promise<IdempotencyError | undefined> {
+    const { response, failed } = outcome;
+    const toStore = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
+    const { transaction } = run;
+    if (transaction && this.cutTransactions.has(transaction)) {
+      // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
+      const released = await this.finalizer.finalize(run.claim, undefined, policy);
+      return released === 'taken-over'
+        ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
+        : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    }
+    if (transaction && toStore && !failed) return this.commitWithOutcome(run, toStore, policy, termsOf);
+    if (transaction) {
+      // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
+      const ending = response === undefined && !failed ? 'commit' : 'rollback';
+      const ended = await this.endTransaction(transaction, ending, policy).then(
+        () => true,
+        (error: unknown) => {
+          this.logger.error(`Ending the transaction of ${describeScope(run.scope)} failed: ${error}`);
+          return false;
+        },
+      );
+      // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
+      // database (a handler whose connection was lost under it fails with that connection's error).
+      if ((failed && transaction.connectionLost) || (ending === 'commit' && !ended)) {
+        await this.finalizer.finalize(run.claim, undefined, policy);
+        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      }
+    }
+    const finalized = await this.finalizer.finalize(run.claim, toStore, policy);
+    if (finalized === 'held' && toStore) this.stored(run, toStore, policy);
+    // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
+    return finalized === 'taken-over' && toStore && !failed
+      ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
+      : undefined;
+  }
+
+  /** Stores the handler's writes and its outcome in one commit. */
+  private async commitWithOutcome(
+    run: IdempotencyRun,
+    response: StoredResponse,
+    policy: IdempotencyPolicy,
+    termsOf: () => KeyTerms,
+  ): Promise<IdempotencyError | undefined> {
+    const transaction = run.transaction as NonNullable<IdempotencyRun['transaction']>;
+    try {
+      const held = await withTimeout(
+        this.store.complete(run.claim, response, policy.ttlSeconds, transaction),
+        policy,
+        'storing the outcome',
+      );
+      if (!held) {
+        await this.endTransaction(transaction, 'rollback', policy);
+        this.logger.warn(
+          `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
+        );
+        return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
+      }
+      await this.endTransaction(transaction, 'commit', policy);
+      this.stored(run, response, policy);
+      return undefined;
+    } catch (error) {
+      await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
+      this.logger.error(
+        `Committing the work and outcome of ${describeScope(run.scope)} failed; the client gets 503, and its retry ` +
+          `gets the outcome if the commit went through after all, or runs again: ${error}`,
+      );
+      // If the commit did go through, the record is completed and this release finds nothing to do.
+      await this.finalizer.finalize(run.claim, undefined, policy);
+      return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    }
+  }
+
+  /**
+   * Commits or rolls back within `storeTimeoutSeconds`; past it, the connection is cut, so that a stalled
+   * database neither holds the response nor keeps the connection (PostgreSQL rolls back what was not committed).
+   */
+  private async endTransaction(
+    transaction: StoreTransaction,
+    ending: 'commit' | 'rollback',
+    policy: IdempotencyPolicy,
+  ) {
+    await withTimeout(transaction[ending](), policy, ending === 'commit' ? 'committing' : 'rolling back').catch(
+      (error: unknown) => {
+        if (error instanceof StoreTimeoutError) transaction.abandon();
+        throw error;
+      },
+    );
+  }
+}
