@@ -34,6 +34,7 @@ import type {
 import { type Instant, ReplayCache } from './replay-cache.js';
 import { ClaimFinalizer } from './claim-finalizer.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
+import { InFlightWait } from './in-flight-wait.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { type AttemptOutcome, OutcomeWriter } from './outcome-writer.js';
 import { describeScope, withTimeout } from './store-bounds.js';
@@ -225,36 +226,32 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       return { action: 'replay', response: cached.response };
     }
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
-    const deadline = Date.now() + (policy.inFlight === 'wait' ? policy.inFlightWaitSeconds * 1000 : 0);
+    const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
       if (this.shuttingDown) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
-      // Listening starts before the claim, so that an outcome stored right after it is not missed.
-      const waiting = Date.now() < deadline ? this.store.waitForChange(scope, deadline - Date.now()) : undefined;
-      // Listening needs a free connection, which may not come: past the bound, the waiter goes on without it.
-      if (waiting) await withTimeout(waiting.listening, policy, 'listening for outcomes').catch(() => undefined);
+      const waiting = await wait.listen();
       const since = this.replays.now();
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
-        waiting?.cancel();
+        wait.stop();
         throw error;
       });
       if (result.claimed) {
-        waiting?.cancel();
+        wait.stop();
         const request = { fingerprint, since, terms };
         return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy) };
       }
       const { existing } = result;
       if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
       if (existing.fingerprint !== fingerprint) {
-        waiting?.cancel();
+        wait.stop();
         throw new IdempotencyKeyReuseError(terms);
       }
       if (existing.status === 'completed') {
-        waiting?.cancel();
+        wait.stop();
         return { action: 'replay', response: existing.response };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
-      if (await this.markAwaited(scope, policy, () => waiting.cancel())) await waiting.changed;
-      else waiting.cancel(); // completed, released or lapsed meanwhile: claim again at once
+      await wait.untilChanged(); // then claim again: the outcome is replayed, or a released key is claimed
     }
   }
 
@@ -381,21 +378,6 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     });
-  }
-
-  /** Asks to be woken when the outcome of `scope` is stored or its claim released; false when it already was. */
-  private async markAwaited(
-    scope: IdempotencyScope,
-    policy: IdempotencyPolicy,
-    cancelWaiting: () => void,
-  ): Promise<boolean> {
-    try {
-      return await withTimeout(this.store.markAwaited(scope), policy, 'marking the record awaited');
-    } catch (error) {
-      cancelWaiting();
-      this.logger.error(`Waiting for ${describeScope(scope)} failed; the request is refused with 503: ${error}`);
-      throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-    }
   }
 
   /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */
