@@ -75,8 +75,8 @@ interface ClaimedRequest {
   terms: KeyTerms;
 }
 
-/** An attempt between its claim and its finish, as shutdown sees it. */
-interface RunningAttempt {
+/** An attempt between its claim and its finish: what it was claimed for, and how shutdown sees it. */
+interface Attempt extends ClaimedRequest {
   policy: IdempotencyPolicy;
   /** Ended by shutdown before its handler was done: its claim is released, its outcome not stored. */
   abandoned: boolean;
@@ -96,10 +96,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private readonly leases: LeaseRenewals;
   private readonly finalizer: ClaimFinalizer;
   private readonly replays: ReplayCache;
-  /** What a run's outcome is cached with: its request's fingerprint, and when its claim was sent. */
-  private readonly claimsOf = new WeakMap<IdempotencyRun, ClaimedRequest>();
   private readonly shutdownTimeoutSeconds: number;
-  private readonly running = new Map<IdempotencyRun, RunningAttempt>();
+  /** The attempts between their claim and their finish, by run. */
+  private readonly attempts = new Map<IdempotencyRun, Attempt>();
   private readonly outcomes: OutcomeWriter;
   private shuttingDown = false;
   /** Attempts whose claim is made and whose run is being started (waiting for a transaction slot, say). */
@@ -170,7 +169,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     }
     const finishing = new Promise<void>((resolve) => (this.drained = resolve));
     await Promise.all(
-      [...this.running].filter(([, attempt]) => !attempt.finishing).map(([run, attempt]) => this.abandon(run, attempt)),
+      [...this.attempts]
+        .filter(([, attempt]) => !attempt.finishing)
+        .map(([run, attempt]) => this.abandon(run, attempt)),
     );
     // Outcomes being written (each store operation bounded by storeTimeoutSeconds) keep the database open until
     // they are written, for at most another shutdownTimeoutSeconds.
@@ -184,17 +185,17 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   /** Attempts whose outcome is still to be written (abandoned ones have none). */
   private activeAttempts(): number {
     let count = this.starting;
-    for (const attempt of this.running.values()) if (!attempt.abandoned) count += 1;
+    for (const attempt of this.attempts.values()) if (!attempt.abandoned) count += 1;
     return count;
   }
 
   /** Registers how the attempt's client is answered if shutdown ends the attempt before its handler is done. */
   onAbandoned(run: IdempotencyRun, answer: (error: IdempotencyError) => void): void {
-    const attempt = this.running.get(run);
+    const attempt = this.attempts.get(run);
     if (attempt) attempt.onAbandoned = answer;
   }
 
-  private async abandon(run: IdempotencyRun, attempt: RunningAttempt): Promise<void> {
+  private async abandon(run: IdempotencyRun, attempt: Attempt): Promise<void> {
     const { policy } = attempt;
     attempt.abandoned = true;
     this.leases.stop(run);
@@ -268,12 +269,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.starting += 1;
     try {
       const run = await this.startRun(claim, takeover, policy);
-      this.claimsOf.set(run, request);
+      this.attempts.set(run, { ...request, policy, abandoned: false, finishing: false });
       if (this.shuttingDown) {
         await this.finish(run, { response: undefined, failed: true }, policy);
         throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       }
-      this.running.set(run, { policy, abandoned: false, finishing: false });
       return run;
     } finally {
       this.starting -= 1;
@@ -293,26 +293,26 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     policy: IdempotencyPolicy,
   ): Promise<IdempotencyError | undefined> {
     this.leases.stop(run);
-    const attempt = this.running.get(run);
+    const attempt = this.attempts.get(run);
     try {
       if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
       return await this.outcomes.write(run, outcome, policy, () => this.termsOf(run));
     } finally {
-      this.running.delete(run);
+      this.attempts.delete(run);
       if (this.activeAttempts() === 0) this.drained?.();
     }
   }
 
   private termsOf(run: IdempotencyRun): KeyTerms {
-    const request = this.claimsOf.get(run);
+    const request = this.attempts.get(run);
     if (!request) throw new Error(`The run of ${describeScope(run.scope)} was not started by this IdempotencyService`);
     return request.terms;
   }
 
   /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */
   private rememberOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): void {
-    const claimed = this.claimsOf.get(run);
+    const claimed = this.attempts.get(run);
     if (claimed)
       this.replays.remember(
         run.scope,
