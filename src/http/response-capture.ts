@@ -17,7 +17,7 @@ export interface ResponseCapture {
   /** Whether its writers have ended it. */
   readonly ended: boolean;
   /**
-   * Answers with `response` now instead of whatever the handler writes (or is writing, held): for an attempt
+   * Answers with `response` now instead of whatever the handler writes (or is writing, withheld): for an attempt
    * the module ended itself (a shutdown). Where the handler's head has already left, the connection is cut.
    */
   answer(response: StoredResponse): void;
@@ -28,8 +28,8 @@ type EndCallback = (error?: Error) => void;
 /**
  * Captures the response as it is written to the socket, whoever writes it (the handler's return value,
  * an exception filter, a passthrough `res`), and holds it until `onEnd` has run: the outcome is durable
- * before the client can see it. The status line and headers are held too (`writeHead` only sets them), so
- * that a response whose outcome could not be committed can still be replaced. While it is held, the response
+ * before the client can see it. The status line and headers are withheld too (`writeHead` only sets them), so
+ * that a response whose outcome could not be committed can still be replaced. While it is withheld, the response
  * has ended for its writers: later writes, ends, status and header changes (an exception filter finishing a
  * response that was already written) do not reach the client, as they would not after a real end. `onEnd`
  * may answer with a replacement, sent instead (when the outcome could not be committed); where the head has
@@ -101,15 +101,15 @@ export function captureResponse(
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
     const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
-    const held = { status: res.statusCode, headers: res.getHeaders() };
+    const withheld = { status: res.statusCode, headers: res.getHeaders() };
     void onEnd(sent).then((replacement) => {
       if (answered) return;
       answered = true;
       restore();
       try {
-        if (replacement) sendInstead(replacement, held.headers);
+        if (replacement) sendInstead(replacement, withheld.headers);
         else {
-          if (!res.headersSent) setStatusAndHeaders(res, held);
+          if (!res.headersSent) setStatusAndHeaders(res, withheld);
           originalEnd.call(res, chunk as Buffer, encoding as BufferEncoding, callback as EndCallback | undefined);
         }
       } catch (error) {
