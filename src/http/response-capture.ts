@@ -27,7 +27,7 @@ type EndCallback = (error?: Error) => void;
 
 /**
  * Captures the response as it is written to the socket, whoever writes it (the handler's return value,
- * an exception filter, a passthrough `res`), and holds it until `onEnd` has run: the outcome is durable
+ * an exception filter, a passthrough `res`), and withholds it until `onEnd` has run: the outcome is durable
  * before the client can see it. The status line and headers are withheld too (`writeHead` only sets them), so
  * that a response whose outcome could not be committed can still be replaced. While it is withheld, the response
  * has ended for its writers: later writes, ends, status and header changes (an exception filter finishing a
