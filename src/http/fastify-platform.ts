@@ -10,6 +10,8 @@ interface FastifyRequestLike {
   routeOptions?: { url?: string };
   /** Set by the content type parsers of Nest's FastifyAdapter with `rawBody: true`. */
   rawBody?: Buffer;
+  /** What a content type parser made of the body; undefined when the request has none (no parser ran). */
+  body?: unknown;
 }
 
 /** The parts of a Fastify reply (`FastifyReply`) the module uses. */
@@ -17,6 +19,19 @@ interface FastifyReplyLike {
   raw: ServerResponse;
   send: (payload?: unknown) => unknown;
   getHeaders(): OutgoingHttpHeaders;
+}
+
+/**
+ * A content type parser of the application read the body. Fastify runs a parser for every request with a body (and
+ * refuses the types it has none for with its own 415), so a body is parsed whenever it is there. One parser is not
+ * the application's: Fastify's own for `text/plain`, which no application asked for and which gives the text as a
+ * string; a text/plain body it read is unsupported (415) as on Express. (An application's own text/plain parser that
+ * gives a string cannot be told from it, and is answered the same.)
+ */
+function parsedByApplication(request: FastifyRequestLike): boolean {
+  if (request.body === undefined) return false;
+  const mediaType = (request.headers['content-type'] ?? '').split(';')[0].trim().toLowerCase();
+  return !(mediaType === 'text/plain' && typeof request.body === 'string');
 }
 
 /** Nest's Fastify platform: the reply keeps its own headers, and writes to the Node.js response (`reply.raw`) in the end. */
@@ -30,9 +45,7 @@ export const fastifyPlatform: HttpPlatform = {
       headers: req.headers,
       routePath: req.routeOptions?.url,
       rawBody: req.rawBody,
-      // Fastify parses `text/plain` itself, which no application asked for: a body the module does not fingerprint
-      // is unsupported (415) as on Express, and JSON or form bodies without their raw bytes are a set-up mistake.
-      bodyParsed: false,
+      bodyParsed: parsedByApplication(req),
     };
   },
   responseOf(response) {

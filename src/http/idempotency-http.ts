@@ -20,7 +20,8 @@ export const RAW_BODY_SETTING =
 const RAW_BODY_FIX =
   'Idempotent requests are fingerprinted on their raw body bytes, and this application does not keep them as ' +
   `\`req.rawBody\`: create it with ${RAW_BODY_SETTING}; body parsers of its own (registered with \`app.use()\`, or ` +
-  'with `bodyParser: false`) must keep them as well.';
+  'with `bodyParser: false`) must keep them as well; on Fastify, register them with `app.useBodyParser(type, options, ' +
+  'parser)`, which keeps them, rather than with `addContentTypeParser()`.';
 
 /**
  * The raw body bytes as received; the parsed body is never re-serialized. A body that a parser read, or that

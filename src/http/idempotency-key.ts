@@ -6,15 +6,18 @@ const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
 /**
  * Reads an idempotency key from its header value. Accepts a bare token or an RFC 8941 sf-string
  * (`"abc"`, with `\"` and `\\` escapes); either way the key is 1..255 visible ASCII characters.
- * Returns `undefined` when the header is absent; throws `IdempotencyKeyInvalidError` otherwise.
+ * Returns `undefined` when the header is absent; throws `IdempotencyKeyInvalidError` otherwise (an empty header
+ * too: a client bug, not a missing key).
  */
 export function parseIdempotencyKey(
   headerValue: string | string[] | undefined,
   headerName: string,
 ): string | undefined {
   if (headerValue === undefined) return undefined;
-  if (Array.isArray(headerValue)) {
-    throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once');
+  // Node.js (under Express and Fastify alike) joins a header sent twice into one value with `, `, which no key
+  // holds (no spaces): `a, b`, or `, b` when the first was empty. An empty header alone is a key sent empty.
+  if (Array.isArray(headerValue) || headerValue.includes(', ')) {
+    throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once (or holds a comma-separated list)');
   }
   const key = headerValue.startsWith('"') ? unquoteStructuredString(headerValue, headerName) : headerValue;
   if (key.length === 0) throw new IdempotencyKeyInvalidError(headerName, 'it is empty');

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { request as httpRequest } from 'node:http';
 import request from 'supertest';
 import { ALICE, BOB, PLATFORMS, post, postCharge, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -245,6 +246,52 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       const response = await postCharge(app.url, charge, key).expect(400);
       expect(response.body.error).toBe('idempotency_key_invalid');
     });
+
+    it.each([
+      ['empty', ''],
+      ['of spaces only', '   '],
+    ])(
+      'refuses a key header sent %s as a client bug: 400 idempotency_key_invalid, not a missing key',
+      async (_case, key) => {
+        const before = await chargeCount();
+        const response = await postCharge(app.url, charge, key).expect(400);
+        expect(response.body).toMatchObject({
+          error: 'idempotency_key_invalid',
+          message: expect.stringContaining('it is empty'),
+        });
+        expect(await chargeCount()).toBe(before);
+      },
+    );
+
+    it.each([
+      ['twice', ['key-a', 'key-b']],
+      ['empty, then with a key', ['', 'key-b']],
+    ])(
+      'refuses a key header sent %s: 400 idempotency_key_invalid, saying it was sent more than once',
+      async (_case, keys) => {
+        const before = await chargeCount();
+        // Node.js's own client sends one header line per value of an array.
+        const { status, body } = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+          const sent = httpRequest(`${app.url}/v1/charges`, {
+            method: 'POST',
+            headers: { 'Content-Type': 'application/json', 'X-API-Key': ALICE, 'Idempotency-Key': keys },
+          });
+          sent.on('error', reject);
+          sent.on('response', (response) => {
+            let text = '';
+            response.on('data', (chunk: Buffer) => (text += chunk.toString()));
+            response.on('end', () => resolve({ status: response.statusCode ?? 0, body: text }));
+          });
+          sent.end(JSON.stringify(charge));
+        });
+        expect(status).toBe(400);
+        expect(JSON.parse(body)).toMatchObject({
+          error: 'idempotency_key_invalid',
+          message: expect.stringContaining('it was sent more than once'),
+        });
+        expect(await chargeCount()).toBe(before);
+      },
+    );
 
     it('refuses a refund without a key too', async () => {
       const response = await post(app.url, '/v1/refunds', { charge: 'ch_x' }).expect(400);

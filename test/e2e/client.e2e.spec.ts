@@ -1,30 +1,41 @@
 import { randomUUID } from 'node:crypto';
 import request from 'supertest';
 import { createIdempotentClient } from '../../src/client/index.js';
-import { startSampleApp } from '../support/sample-app.js';
+import { PLATFORMS, startSampleApp } from '../support/sample-app.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 let db: TestDatabase;
-let app: Awaited<ReturnType<typeof startSampleApp>>;
-let proxy: TcpProxy;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  app = await startSampleApp({ databaseUrl: db.url });
-  proxy = await TcpProxy.to(app.url);
 });
 
 afterAll(async () => {
-  await proxy?.close();
-  await app?.close();
   await db?.drop();
 });
 
 const chargesOf = async (account: string) =>
   db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
 
-describe('the client half against the sample app', () => {
+describe.each(PLATFORMS)('the client half against the sample app, on %s', (platform) => {
+  let app: Awaited<ReturnType<typeof startSampleApp>>;
+  let proxy: TcpProxy;
+
+  beforeAll(async () => {
+    app = await startSampleApp({ databaseUrl: db.url, platform });
+    proxy = await TcpProxy.to(app.url);
+  });
+
+  afterAll(async () => {
+    await proxy?.close();
+    await app?.close();
+  });
+
+  it('runs on the platform', () => {
+    expect(app.app.getHttpAdapter().getType()).toBe(platform);
+  });
+
   it('recovers a response lost on the wire: one charge, and the retry gets the replayed answer', async () => {
     const account = `sk_test_client_${randomUUID().slice(0, 8)}`;
     const client = createIdempotentClient({

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
+import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import express from 'express';
@@ -169,6 +169,101 @@ describe('the platform', () => {
       expect(replay.text).toBe(first.text);
       // The same JSON spelled otherwise: other bytes, another request.
       expect((await send('{ "amount": 1 }').expect(422)).body.error).toBe('idempotency_key_reuse');
+    } finally {
+      await app.close();
+    }
+  });
+
+  /** A Fastify application with `rawBody: true` and a content type parser of its own for `mediaType`, which keeps no raw bytes. */
+  async function fastifyWithParserOf(mediaType: string, parse: (body: string) => unknown) {
+    const app = (await compile({ singleTenant: true })).createNestApplication<NestFastifyApplication>(
+      new FastifyAdapter(),
+      { rawBody: true, logger },
+    );
+    app
+      .getHttpAdapter()
+      .getInstance()
+      .addContentTypeParser(mediaType, { parseAs: 'string' }, (_request, body, done) =>
+        done(null, parse(body as string)),
+      );
+    await app.init();
+    await app.getHttpAdapter().getInstance().ready();
+    return app;
+  }
+
+  it('on Fastify, a body parsed without its raw bytes (a content type parser of the application) is a 500 of the server, logged once with the fix', async () => {
+    const app = await fastifyWithParserOf('application/vnd.api+json', (body) => JSON.parse(body));
+    const errorsBefore = errorsAbout('raw body bytes').length;
+    const recordsBefore = await recordCount();
+    try {
+      for (let attempt = 0; attempt < 2; attempt++) {
+        const response = await request(app.getHttpServer())
+          .post('/charges')
+          .set('Idempotency-Key', randomUUID())
+          .set('Content-Type', 'application/vnd.api+json')
+          .send('{"amount":1}');
+        expect(response.status).toBe(500);
+        expect(response.body.error).toBe('idempotency_misconfigured');
+        expect(response.body.message).toMatch(/server is misconfigured/);
+      }
+      expect(app.get(ChargesController).runs).toBe(0);
+      expect(await recordCount()).toBe(recordsBefore);
+      expect(errorsAbout('raw body bytes').slice(errorsBefore)).toEqual([
+        expect.stringMatching(/does not keep them as `req\.rawBody`: .*on Fastify, .*`app\.useBodyParser\(/),
+      ]);
+    } finally {
+      await app.close();
+    }
+  });
+
+  it('on Fastify, the fix the log names (`app.useBodyParser(type, options, parser)`) keeps the raw bytes', async () => {
+    const app = (await compile({ singleTenant: true })).createNestApplication<NestFastifyApplication>(
+      new FastifyAdapter(),
+      { rawBody: true, logger },
+    );
+    app.useBodyParser('application/vnd.api+json', {}, (_request, body, done) => done(null, JSON.parse(String(body))));
+    await app.init();
+    await app.getHttpAdapter().getInstance().ready();
+    try {
+      const response = await request(app.getHttpServer())
+        .post('/charges')
+        .set('Idempotency-Key', randomUUID())
+        .set('Content-Type', 'application/vnd.api+json')
+        .send('{"amount":1}')
+        .expect(201);
+      expect(response.body).toEqual({ charged: { amount: 1 } });
+    } finally {
+      await app.close();
+    }
+  });
+
+  it("on Fastify, a text/plain body parsed by the application's own parser is a 500 as well; by Fastify's, a 415", async () => {
+    const own = await fastifyWithParserOf('text/plain', (body) => ({ text: body }));
+    try {
+      const response = await request(own.getHttpServer())
+        .post('/charges')
+        .set('Idempotency-Key', randomUUID())
+        .set('Content-Type', 'text/plain')
+        .send('amount=1');
+      expect(response.status).toBe(500);
+      expect(response.body.error).toBe('idempotency_misconfigured');
+    } finally {
+      await own.close();
+    }
+    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), {
+      rawBody: true,
+      logger,
+    });
+    await app.init();
+    await app.getHttpAdapter().getInstance().ready();
+    try {
+      const response = await request(app.getHttpServer())
+        .post('/charges')
+        .set('Idempotency-Key', randomUUID())
+        .set('Content-Type', 'text/plain; charset=utf-8')
+        .send('amount=1');
+      expect(response.status).toBe(415);
+      expect(response.body.error).toBe('idempotency_body_unsupported');
     } finally {
       await app.close();
     }

@@ -1,24 +1,22 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { holdLock } from '../support/hold-lock.js';
-import { postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
+import { PLATFORMS, postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
  * The sample app, as `npm start` runs it, gets a real SIGTERM while a charge runs; the charge's retry then goes
  * to another instance. A lock on the charges table holds the charge inside its handler for as long as the test says.
+ * On each platform (`SAMPLE_PLATFORM`), with the other instance on the same one.
  */
 let db: TestDatabase;
-let survivor: RunningApp;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  survivor = await startSampleApp({ databaseUrl: db.url });
 });
 
 afterAll(async () => {
-  await survivor?.close();
   await db?.drop();
 });
 
@@ -64,14 +62,28 @@ async function chargeThenTerminate(env: Record<string, string>) {
   return { app, account, key, lock, answer, exited, output: () => output };
 }
 
-describe('graceful shutdown of a real process (SIGTERM)', () => {
+describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s', (platform) => {
+  let survivor: RunningApp;
+
+  beforeAll(async () => {
+    survivor = await startSampleApp({ databaseUrl: db.url, platform });
+  });
+
+  afterAll(async () => {
+    await survivor?.close();
+  });
+
   it('refuses new claims with 503, lets the running charge finish and store its outcome, then exits', async () => {
-    const { app, account, key, lock, answer, exited, output } = await chargeThenTerminate({});
+    const { app, account, key, lock, answer, exited, output } = await chargeThenTerminate({
+      SAMPLE_PLATFORM: platform,
+    });
     try {
       const refused = await postCharge(app.url, charge, randomUUID(), account);
       expect(refused.status).toBe(503);
       expect(refused.body).toMatchObject({ error: 'idempotency_shutting_down' });
       expect(refused.headers['retry-after']).toBe('2');
+      // The spawned process runs on the platform: Express names itself in X-Powered-By, Fastify does not.
+      expect(refused.headers['x-powered-by']).toBe(platform === 'express' ? 'Express' : undefined);
 
       await lock.letGo();
       const first = await answer;
@@ -91,6 +103,7 @@ describe('graceful shutdown of a real process (SIGTERM)', () => {
 
   it('past shutdownTimeoutSeconds, releases the claim of a charge still running (rolled back) and answers it 503', async () => {
     const { app, account, key, lock, answer, exited } = await chargeThenTerminate({
+      SAMPLE_PLATFORM: platform,
       IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS: '1',
     });
     try {

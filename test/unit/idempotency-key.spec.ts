@@ -34,6 +34,10 @@ describe('parseIdempotencyKey', () => {
     ['an unclosed quote', '"abc', 'never closed'],
     ['characters after the closing quote', '"abc"d', 'after the closing quote'],
     ['a header sent twice', ['a', 'b'], 'more than once'],
+    // Node.js joins a header sent twice into one value, `a, b`, on Express and on Fastify alike.
+    ['a header sent twice, as Node.js joins it', 'a, b', 'it was sent more than once'],
+    ['a header sent twice with quoted keys, as Node.js joins it', '"a", "b"', 'it was sent more than once'],
+    ['a header sent empty, then again, as Node.js joins it', ', b', 'it was sent more than once'],
   ])('refuses %s with 400 idempotency_key_invalid', (_case, header, reason) => {
     let error: unknown;
     try {
