@@ -1,30 +1,12 @@
 import 'reflect-metadata';
-import { randomUUID } from 'node:crypto';
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
-import type { DataSource, MigrationInterface, QueryRunner } from 'typeorm';
+import type { DataSource } from 'typeorm';
 import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
 import { PLATFORMS, type Platform } from '../test/support/platforms.js';
-
-class CreateBenchCharges1764633600002 implements MigrationInterface {
-  name = 'CreateBenchCharges1764633600002';
-
-  async up(queryRunner: QueryRunner): Promise<void> {
-    await queryRunner.query(
-      'CREATE TABLE bench_charges (id text PRIMARY KEY, amount integer NOT NULL, created timestamptz NOT NULL DEFAULT now())',
-    );
-  }
-
-  async down(queryRunner: QueryRunner): Promise<void> {
-    await queryRunner.query('DROP TABLE bench_charges');
-  }
-}
-
-interface ChargeBody {
-  amount: number;
-}
+import { type ChargeBody, CreateBenchCharges1764633600002, insertCharge } from './bench-charges.js';
 
 /** The same charge insert behind three routes: without the module, in standard mode, in transactional mode. */
 @Controller('bench')
@@ -51,13 +33,8 @@ class BenchController {
     return this.insert(body);
   }
 
-  private async insert({ amount }: ChargeBody) {
-    const manager = this.idempotency.manager ?? this.dataSource.manager;
-    const [charge] = await manager.query<{ id: string; amount: number }[]>(
-      'INSERT INTO bench_charges (id, amount) VALUES ($1, $2) RETURNING id, amount',
-      [`ch_${randomUUID()}`, amount],
-    );
-    return charge;
+  private insert(body: ChargeBody) {
+    return insertCharge(this.idempotency.manager ?? this.dataSource.manager, body);
   }
 }
 

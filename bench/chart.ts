@@ -15,7 +15,14 @@ export function renderChart(results: BenchResult[]): string {
       // Fastify's rows in lighter shades of Express's colours.
       const [baseline, transactional, standard] =
         r.platform === 'fastify' ? ['#c3c9d4', '#8fb3e3', '#86d3b3'] : ['#8a94a6', '#2f6fbf', '#1f9d6b'];
-      const fill = r.name === 'baseline' ? baseline : r.name.startsWith('transactional') ? transactional : standard;
+      // The peer's rows (`peer @node-idempotency/nestjs (Redis), …`) in orange.
+      const fill = r.name.startsWith('peer ')
+        ? '#d9822b'
+        : r.name === 'baseline'
+          ? baseline
+          : r.name.startsWith('transactional')
+            ? transactional
+            : standard;
       return (
         `<text x="${LABEL - 8}" y="${y + 15}" text-anchor="end">${escape(r.config)}</text>` +
         `<rect x="${LABEL}" y="${y + 3}" width="${width.toFixed(1)}" height="${ROW - 6}" fill="${fill}"/>` +

@@ -1,5 +1,6 @@
 import 'reflect-metadata';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
+import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -39,9 +40,10 @@ interface Config {
   keys: Keys;
   /**
    * Which app: on Express, on an empty records table, the same without its replay cache, or on a table holding
-   * SCALE_RECORDS records; or on Fastify, on the same database as the first.
+   * SCALE_RECORDS records; or on Fastify, on the same database as the first; or the peer app (`peer-app.ts`, on
+   * Express, on the same database as the first, its records in Redis).
    */
-  target: 'empty' | 'uncached' | 'large' | 'fastify';
+  target: 'empty' | 'uncached' | 'large' | 'fastify' | 'peer';
   platform: Platform;
   /** The baseline it is compared with: its own platform's. */
   baseline: string;
@@ -127,12 +129,62 @@ const fastifyConfigs: Config[] = (
   baseline: fastifyBaseline,
 }));
 
-const configs: Config[] = [
+/**
+ * The peer, `@node-idempotency/nestjs` on Redis, guarding the same charge insert on Express at 64 connections,
+ * compared with the Express baseline: measured with Express's rows, skipped when Redis or its packages are not there.
+ */
+export const PEER_NAME = 'peer @node-idempotency/nestjs (Redis)';
+const peerConfigs: Config[] = (
+  [
+    { name: `${PEER_NAME}, new keys`, keys: 'new' },
+    { name: `${PEER_NAME}, replays`, keys: 'completed' },
+  ] satisfies Pick<Config, 'name' | 'keys'>[]
+).map((config) => ({
+  ...config,
+  path: '/bench/peer',
+  connections: 64,
+  target: 'peer',
+  platform: 'express',
+  baseline: 'baseline @64',
+}));
+
+const allConfigs: Config[] = [
   ...(MEASURED_PLATFORMS.includes('express')
-    ? expressConfigs.map((config) => ({ ...config, platform: 'express' as const }))
+    ? [...expressConfigs.map((config) => ({ ...config, platform: 'express' as const })), ...peerConfigs]
     : []),
   ...(MEASURED_PLATFORMS.includes('fastify') ? fastifyConfigs : []),
 ];
+
+const REDIS_URL = new URL(process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379');
+
+/** Why the peer rows cannot be measured (Redis not reachable, or its packages not loading), or undefined. */
+async function peerUnavailable(): Promise<string | undefined> {
+  const port = Number(REDIS_URL.port || 6379);
+  const reachable = await new Promise<string | undefined>((resolve) => {
+    const socket = connect({ host: REDIS_URL.hostname, port, timeout: 2000 });
+    socket.once('connect', () => {
+      socket.destroy();
+      resolve(undefined);
+    });
+    socket.once('timeout', () => {
+      socket.destroy();
+      resolve('timed out');
+    });
+    socket.once('error', (error) => resolve(error.message));
+  });
+  if (reachable) return `Redis not reachable at ${REDIS_URL.hostname}:${port} (${reachable})`;
+  try {
+    await import('@node-idempotency/nestjs');
+    await import('@node-idempotency/storage-adapter-redis');
+  } catch (error) {
+    return `@node-idempotency/nestjs or its Redis adapter does not load (${(error as Error).message})`;
+  }
+  return undefined;
+}
+
+/** The replay keys of a configuration's app: `replay-<platform>-<n>`, or `replay-peer-<n>` for the peer's. */
+const replayPrefix = (config: Pick<Config, 'target' | 'platform'>) =>
+  config.target === 'peer' ? 'peer' : config.platform;
 
 interface Measure {
   requestsPerSecond: number;
@@ -160,7 +212,7 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
   const keyFor: Record<Keys, () => string | undefined> = {
     none: () => undefined,
     new: () => randomUUID(),
-    completed: () => `replay-${config.platform}-${sent++ % REPLAY_KEYS}`,
+    completed: () => `replay-${replayPrefix(config)}-${sent++ % REPLAY_KEYS}`,
     one: () => oneKey,
   };
   const result = await autocannon({
@@ -197,15 +249,15 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
 /**
  * Completed keys for the replay configurations: the same body as the measured requests, so they replay. Each
  * platform's app completes its own keys (`replay-<platform>-<n>`), so that its replays come from its replay cache
- * and carry the outcomes it stored.
+ * and carry the outcomes it stored; the peer app its own (`replay-peer-<n>`, in Redis).
  */
-async function seedReplayKeys(app: RunningApp, platform: Platform): Promise<void> {
+async function seedReplayKeys(app: RunningApp, prefix: string, path = '/bench/standard'): Promise<void> {
   for (let i = 0; i < REPLAY_KEYS; i += 25) {
     await Promise.all(
       Array.from({ length: 25 }, (_, j) =>
-        fetch(`${app.url}/bench/standard`, {
+        fetch(`${app.url}${path}`, {
           method: 'POST',
-          headers: { 'content-type': 'application/json', 'idempotency-key': `replay-${platform}-${i + j}` },
+          headers: { 'content-type': 'application/json', 'idempotency-key': `replay-${prefix}-${i + j}` },
           body: JSON.stringify({ amount: 1200 }),
         }).then((response) => response.arrayBuffer()),
       ),
@@ -291,6 +343,17 @@ async function main(): Promise<void> {
     );
     process.env.DATABASE_URL = embedded.url;
   }
+  let configs = allConfigs;
+  let peerSkipped: string | undefined;
+  const skipPeer = (reason: string) => {
+    peerSkipped = reason;
+    configs = configs.filter((config) => config.target !== 'peer');
+    console.log(`Skipping the peer rows (${PEER_NAME}): ${reason}`);
+  };
+  if (configs.some((config) => config.target === 'peer')) {
+    const reason = await peerUnavailable();
+    if (reason) skipPeer(reason);
+  }
   const targets = new Set(configs.map((config) => config.target));
   const databases: { empty: TestDatabase; large?: TestDatabase } = {
     empty: await createTestDatabase(),
@@ -302,19 +365,38 @@ async function main(): Promise<void> {
     uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
     large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
     fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
+    // This run's keys under a prefix of their own in Redis.
+    peer: () => ({
+      DATABASE_URL: databases.empty.url,
+      BENCH_REDIS_URL: REDIS_URL.href,
+      BENCH_PEER_PREFIX: `nest-idempotency-bench-${randomUUID()}`,
+    }),
   };
   const apps: Partial<Record<Config['target'], RunningApp>> = {};
   try {
-    for (const target of targets) apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', env[target]());
+    for (const target of targets) {
+      if (target !== 'peer') apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', env[target]());
+      else
+        try {
+          apps.peer = await spawnTypeScriptServer('bench/peer-app.ts', env.peer());
+        } catch (error) {
+          skipPeer(`the peer app did not start: ${(error as Error).message.split('\n').slice(0, 6).join(' ')}`);
+        }
+    }
     const records = databases.large ? `${SCALE_RECORDS.toLocaleString('en')} records and ` : '';
     console.log(`Seeding ${records}${REPLAY_KEYS} completed keys per platform…`);
     if (databases.large) await seedLargeTable(databases.large);
     if (apps.empty) await seedReplayKeys(apps.empty, 'express');
     if (apps.fastify) await seedReplayKeys(apps.fastify, 'fastify');
+    if (apps.peer) await seedReplayKeys(apps.peer, 'peer', '/bench/peer');
     // A fresh process needs several seconds of full load before V8 has optimized its request path: an app whose
     // code is not optimized yet runs at a fraction of its speed, which would show as a cost of its table.
+    // Each app warms up on its own new-key route at 64 connections, or the first one's (the same routes).
     const fullLoad = configs.find((c) => c.keys === 'new' && c.connections === 64) as Config;
-    for (const app of Object.values(apps)) await measure(app, fullLoad, 0, Math.max(SECONDS, 8));
+    for (const [target, app] of Object.entries(apps)) {
+      const own = configs.find((c) => c.target === target && c.keys === 'new' && c.connections === 64);
+      await measure(app, own ?? fullLoad, 0, Math.max(SECONDS, 8));
+    }
     const measures = new Map<Config, Measure[]>(configs.map((config) => [config, []]));
     for (let round = 1; round <= ROUNDS; round += 1) {
       for (const config of configs) {
@@ -343,6 +425,17 @@ async function main(): Promise<void> {
         ' configuration on Express.\n',
     );
     printTable(results);
+    const peerRows = results.filter((result) => result.name.startsWith(PEER_NAME));
+    if (peerRows.length > 0) {
+      const ours = results.filter((r) => r.connections === 64 && r.platform === 'express' && r.name !== 'baseline');
+      const ratio = (name: string) => ours.find((r) => r.name === name)?.ratio.toFixed(2) ?? '-';
+      console.log(
+        `\nBeside ours at 64 connections, vs the Express baseline: new keys ${ratio(`${PEER_NAME}, new keys`)}x for` +
+          ` the peer (Redis, not in the charge's transaction), ${ratio('standard, new keys')}x standard,` +
+          ` ${ratio('transactional, new keys')}x transactional (exactly-once); replays ${ratio(`${PEER_NAME}, replays`)}x` +
+          ` for the peer, ${ratio('replays')}x ours (replay cache), ${ratio('replays, from the database')}x ours from the database.`,
+      );
+    } else if (peerSkipped) console.log(`\nPeer rows skipped: ${peerSkipped}`);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(folder, { recursive: true });
     const run = {
@@ -351,6 +444,7 @@ async function main(): Promise<void> {
       rounds: ROUNDS,
       scaleRecords: SCALE_RECORDS,
       platforms: MEASURED_PLATFORMS,
+      peerSkipped: peerSkipped ?? null,
       results,
     };
     writeFileSync(join(folder, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`);
