@@ -2,11 +2,11 @@ import 'reflect-metadata';
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
+import { IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
 import { PLATFORMS, type Platform } from '../test/support/platforms.js';
-import { type ChargeBody, CreateBenchCharges1764633600002, insertCharge } from './bench-charges.js';
+import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
 
 /** The same charge insert behind three routes: without the module, in standard mode, in transactional mode. */
 @Controller('bench')
@@ -40,17 +40,7 @@ class BenchController {
 
 @Module({
   imports: [
-    TypeOrmModule.forRootAsync({
-      useFactory: () => ({
-        type: 'postgres' as const,
-        url: process.env.DATABASE_URL,
-        migrations: [...IdempotencyMigrations, CreateBenchCharges1764633600002],
-        migrationsRun: true,
-        // Connections stay open while the app idles between its configurations (pg-pool closes idle ones after
-        // 10 s by default), as they do in a service under steady load: reconnecting is not a per-request cost.
-        extra: { max: 20, idleTimeoutMillis: 0 },
-      }),
-    }),
+    benchDatabase(),
     IdempotencyModule.forRoot({
       accountResolver: () => 'bench',
       // BENCH_REPLAY_CACHE=off: every replay reads the database, as on an instance that has not seen the key.

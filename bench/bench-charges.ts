@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { TypeOrmModule } from '@nestjs/typeorm';
 import type { EntityManager, MigrationInterface, QueryRunner } from 'typeorm';
+import { IdempotencyMigrations } from '../src/index.js';
 
 /** The charges table of the bench apps (ours in `bench-app.ts`, the peer's in `peer-app.ts`): one table, one insert. */
 export class CreateBenchCharges1764633600002 implements MigrationInterface {
@@ -27,4 +29,22 @@ export async function insertCharge(manager: EntityManager, { amount }: ChargeBod
     [`ch_${randomUUID()}`, amount],
   );
   return charge;
+}
+
+/**
+ * The database of every bench app (ours and the peer's): `DATABASE_URL`, with the records table and the charges
+ * table, whichever app starts first on it.
+ */
+export function benchDatabase() {
+  return TypeOrmModule.forRootAsync({
+    useFactory: () => ({
+      type: 'postgres' as const,
+      url: process.env.DATABASE_URL,
+      migrations: [...IdempotencyMigrations, CreateBenchCharges1764633600002],
+      migrationsRun: true,
+      // Connections stay open while the app idles between its configurations (pg-pool closes idle ones after
+      // 10 s by default), as they do in a service under steady load: reconnecting is not a per-request cost.
+      extra: { max: 20, idleTimeoutMillis: 0 },
+    }),
+  });
 }

@@ -1,11 +1,10 @@
 import 'reflect-metadata';
 import { Body, Controller, Module, Post } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { Idempotent, NodeIdempotencyModule, StorageAdapterEnum } from '@node-idempotency/nestjs';
 import type { DataSource } from 'typeorm';
-import { IdempotencyMigrations } from '../src/index.js';
-import { type ChargeBody, CreateBenchCharges1764633600002, insertCharge } from './bench-charges.js';
+import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
 
 /**
  * The peer bench app: the bench app's charge insert (same table, same database) guarded by the most used Nest
@@ -25,16 +24,7 @@ class PeerController {
 
 @Module({
   imports: [
-    TypeOrmModule.forRootAsync({
-      useFactory: () => ({
-        type: 'postgres' as const,
-        url: process.env.DATABASE_URL,
-        // The same migrations as the bench app's, whichever of the two starts first on the database.
-        migrations: [...IdempotencyMigrations, CreateBenchCharges1764633600002],
-        migrationsRun: true,
-        extra: { max: 20, idleTimeoutMillis: 0 },
-      }),
-    }),
+    benchDatabase(),
     NodeIdempotencyModule.forRootAsync({
       storage: {
         adapter: StorageAdapterEnum.redis,
