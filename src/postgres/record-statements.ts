@@ -7,6 +7,8 @@ export interface RecordStatements {
   claim: Statement;
   renew: Statement;
   complete: Statement;
+  /** `complete`, failing (division by zero) when the claim is no longer held: what follows it in its query does not run. */
+  completeHeld: Statement;
   release: Statement;
   markAwaited: Statement;
   purge: Statement;
@@ -22,10 +24,11 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
   // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
   // one has asked to be: a NOTIFY serializes every notifying commit of the cluster on one lock.
-  const notifying = (statement: string) =>
+  const notifying = (statement: string, answer?: string) =>
     countingRows(
       statement,
       `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`,
+      answer,
     );
 
   // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
@@ -73,15 +76,15 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   );
   // The clock at completion, not now(): in a transactional run, now() is when the handler's transaction began,
   // and a TTL counted from there would be shortened by the run (or over before the outcome is even stored).
-  const complete = prepared(
-    notifying(`
+  const completion = `
     UPDATE ${table}
     SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
         completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8)
     FROM (SELECT clock_timestamp() AS at) AS completion
     WHERE ${held}
-    RETURNING awaited`),
-  );
+    RETURNING awaited`;
+  const complete = prepared(notifying(completion));
+  const completeHeld = prepared(notifying(completion, '1 / count(*)::int AS count'));
   const release = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
   // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on.
   const markAwaited = prepared(
@@ -98,7 +101,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       AND expires_at <= now()
     RETURNING 1`),
   );
-  return { claim, renew, complete, release, markAwaited, purge };
+  return { claim, renew, complete, completeHeld, release, markAwaited, purge };
 }
 
 export interface ClaimRow {
@@ -126,9 +129,30 @@ function prepared(text: string): Statement {
  * Wraps a data-modifying statement so that it answers with the number of rows it changed, running `forEachRow`
  * (which may filter itself out) once per changed row.
  */
-function countingRows(statement: string, forEachRow?: string): string {
+function countingRows(statement: string, forEachRow?: string, answer = 'count(*)::int AS count'): string {
   const each = forEachRow ? ` LEFT JOIN LATERAL (${forEachRow}) AS each_row ON true` : '';
-  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed${each}`;
+  return `WITH changed AS (${statement}) SELECT ${answer} FROM changed${each}`;
+}
+
+/** SQLSTATE of `completeHeld` finding the claim no longer held. */
+export const CLAIM_NOT_HELD = '22012';
+
+/**
+ * The statement's text with its parameters written in as literals, for a simple query: one that may hold several
+ * statements, sent in one round trip, but takes no parameters (and so is not prepared).
+ */
+export function inlined(statement: Statement, values: unknown[], escapeLiteral: (text: string) => string): string {
+  return statement.text.replace(/\$(\d+)/g, (_, position: string) =>
+    literal(values[Number(position) - 1], escapeLiteral),
+  );
+}
+
+function literal(value: unknown, escapeLiteral: (text: string) => string): string {
+  if (value === null || value === undefined) return 'NULL';
+  if (typeof value === 'string') return escapeLiteral(value);
+  if (Buffer.isBuffer(value)) return escapeLiteral(`\\x${value.toString('hex')}`);
+  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
+  throw new TypeError(`Cannot write a ${typeof value} as an SQL literal`);
 }
 
 export function toExistingRecord(row: ClaimRow): ExistingRecord {
