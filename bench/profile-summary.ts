@@ -99,8 +99,6 @@ export function areaOf({ functionName, url }: CallFrame): string {
   if (functionName === '(idle)') return 'idle';
   if (functionName === '(program)') return 'V8/native (program)';
   if (functionName === '(root)') return 'root';
-  const ours = OURS.exec(url);
-  if (ours) return `ours: src/${ours[1]}`;
   const inPackage = PACKAGE.exec(url);
   if (inPackage) {
     const name = inPackage[1];
@@ -111,6 +109,8 @@ export function areaOf({ functionName, url }: CallFrame): string {
     if (EXPRESS_PACKAGES.has(name)) return 'express';
     return `package: ${name}`;
   }
+  const ours = OURS.exec(url);
+  if (ours) return `ours: src/${ours[1]}`;
   if (url.includes('/bench/') || url.includes('/test/support/')) return 'bench app';
   if (url.includes('/src/')) return 'ours: src (root)';
   if (url.startsWith('node:') || url === '') return 'node internals';
