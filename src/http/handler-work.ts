@@ -13,9 +13,16 @@ export class HandlerInvokedAfterOutcomeError extends Error {
   }
 }
 
-const currentWork = new AsyncLocalStorage<HandlerWork>();
-/** The work whose handler the current code runs in (the handler's own code, and what it calls or leaves behind). */
-const handlerOf = new AsyncLocalStorage<HandlerWork>();
+/**
+ * Where the current code runs: in the pipeline of a work (`pipeline`), and in the handler of a work (`handler`: the
+ * handler's own code, and what it calls or leaves behind). One storage for both, not one each: every storage adds
+ * its own step to every promise the process creates.
+ */
+interface WorkScope {
+  pipeline: HandlerWork | undefined;
+  handler: HandlerWork | undefined;
+}
+const workScope = new AsyncLocalStorage<WorkScope>();
 const logger = new Logger('Idempotency');
 
 /**
@@ -40,7 +47,7 @@ export class HandlerWork {
 
   /** Runs `fn` (the handler's pipeline) so that invocations of tracked handlers inside it count as this work. */
   static within<T>(work: HandlerWork, fn: () => T): T {
-    return currentWork.run(work, fn);
+    return workScope.run({ pipeline: work, handler: workScope.getStore()?.handler }, fn);
   }
 
   /**
@@ -48,7 +55,7 @@ export class HandlerWork {
    * work (the route was called without a key, or from code of the application's own).
    */
   static invoke(call: () => unknown): unknown {
-    const work = currentWork.getStore();
+    const work = workScope.getStore()?.pipeline;
     return work ? work.track(call) : call();
   }
 
@@ -64,7 +71,7 @@ export class HandlerWork {
 
   /** Whether the code running now is this work's handler (it writes its own response, say), not the pipeline around it. */
   get isCurrentHandler(): boolean {
-    return handlerOf.getStore() === this;
+    return workScope.getStore()?.handler === this;
   }
 
   /**
@@ -105,7 +112,7 @@ export class HandlerWork {
     let result: unknown;
     try {
       // Inside the handler there is no work: what it calls, now or in tasks it leaves behind, runs plainly.
-      result = currentWork.exit(() => handlerOf.run(this, call));
+      result = workScope.run({ pipeline: undefined, handler: this }, call);
     } catch (reason) {
       this.last = { status: 'rejected', reason };
       throw reason;

@@ -100,8 +100,9 @@ export function captureResponse(
     capture.ended = true;
     if (typeof chunk === 'function') [callback, chunk] = [chunk, undefined];
     if (typeof encoding === 'function') [callback, encoding] = [encoding, undefined];
-    const sent = describeSent(res, options, streamed, chunk, encoding as BufferEncoding | undefined);
+    // One copy of the headers for both: what is stored, and what is sent once the outcome is.
     const withheld = { status: res.statusCode, headers: res.getHeaders() };
+    const sent = describeSent(withheld, options, streamed, chunk, encoding as BufferEncoding | undefined);
     void onEnd(sent).then((replacement) => {
       if (answered) return;
       answered = true;
@@ -217,7 +218,7 @@ function setStatusAndHeaders(
 }
 
 function describeSent(
-  res: ServerResponse,
+  head: { status: number; headers: OutgoingHttpHeaders },
   options: CaptureOptions,
   streamed: boolean,
   chunk: unknown,
@@ -237,7 +238,7 @@ function describeSent(
   }
   return {
     captured: true,
-    response: { status: res.statusCode, headers: pickHeaders(res.getHeaders(), options.storedHeaders), body },
+    response: { status: head.status, headers: pickHeaders(head.headers, options.storedHeaders), body },
   };
 }
 

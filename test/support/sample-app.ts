@@ -56,14 +56,15 @@ export function spawnSampleApp(env: Record<string, string>): Promise<RunningApp 
 }
 
 /**
- * A TypeScript entry point of this repository run as a child process through the project's loader; it
- * prints `listening on port N` once it serves.
+ * A TypeScript entry point of this repository run as a child process through the project's loader (with
+ * `nodeFlags` before it, `--cpu-prof` say); it prints `listening on port N` once it serves.
  */
 export async function spawnTypeScriptServer(
   entry: string,
   env: Record<string, string>,
+  nodeFlags: string[] = [],
 ): Promise<RunningApp & { child: ChildProcess }> {
-  const child = spawn(process.execPath, ['--import', './scripts/register-ts.mjs', entry], {
+  const child = spawn(process.execPath, [...nodeFlags, '--import', './scripts/register-ts.mjs', entry], {
     cwd: ROOT,
     env: { ...process.env, NODE_OPTIONS: '', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
