@@ -42,6 +42,15 @@ const SERIALIZATION_FAILURE = '40001';
 /** Where the work of a transaction that holds its claim begins. */
 const WORK_SAVEPOINT = 'idempotency_work';
 
+/** The claim statement's parameters, in order. */
+function claimParameters(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming) {
+  return [scope.account, scope.endpoint, scope.key, fingerprint, attempt, timing.leaseSeconds, timing.ttlSeconds];
+}
+
+function unresolvedClaim(): Error {
+  return new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
+}
+
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly statements: RecordStatements;
@@ -73,28 +82,23 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     timing: ClaimTiming,
   ): Promise<ClaimResult> {
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
-      const rows = await this.query<ClaimRow>(this.statements.claim, [
-        scope.account,
-        scope.endpoint,
-        scope.key,
-        fingerprint,
-        attempt,
-        timing.leaseSeconds,
-        timing.ttlSeconds,
-      ]);
-      const [row] = rows;
+      const [row] = await this.query<ClaimRow>(
+        this.statements.claim,
+        claimParameters(scope, fingerprint, attempt, timing),
+      );
       if (!row) continue;
       if (row.claimed) return { claimed: true, takeover: row.takeover === true };
       return { claimed: false, existing: toExistingRecord(row) };
     }
-    throw new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
+    throw unresolvedClaim();
   }
 
   /**
-   * The claim as the first statement of the work's transaction, in the round trip of its `BEGIN`: the inserted row,
-   * uncommitted, is the lock. A concurrent attempt's insert waits on it for `lockWaitMs` (then fails: `locked`); a
-   * holder whose process dies has its transaction rolled back with its connection, freeing the key at once; one idle
-   * in it past `holdSeconds` is ended by PostgreSQL (unless the session has a limit of its own).
+   * The claim as the first statement of the work's transaction, in the round trip of its `BEGIN`, behind a lock of
+   * the scope's own held until the transaction ends. A concurrent attempt waits on that lock for `lockWaitMs` (then:
+   * `locked`), and on nothing else for so short a time; a holder whose process dies has its transaction rolled back
+   * with its connection, freeing the key at once; one idle in it past `holdSeconds` is ended by PostgreSQL (unless
+   * the session has a limit of its own).
    */
   async claimInTransaction(
     scope: IdempotencyScope,
@@ -102,33 +106,28 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     attempt: string,
     timing: TransactionClaimTiming,
   ): Promise<TransactionClaimResult> {
-    const values = [
-      scope.account,
-      scope.endpoint,
-      scope.key,
-      fingerprint,
-      attempt,
-      timing.leaseSeconds,
-      timing.ttlSeconds,
-    ];
+    const values = claimParameters(scope, fingerprint, attempt, timing);
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
       const transaction = await this.openTransaction(timing.slotTimeoutMs, true);
       const connection = transaction.connection as PoolClient;
+      const escape = (text: string) => connection.escapeLiteral(text);
       const idleLimit = `'${Math.ceil(timing.holdSeconds * 1000)}ms'`;
       let row: ClaimRow | undefined;
       try {
         const results = await transaction.beginWith(this.isolationLevel, [
-          // The session's own lock_timeout is kept aside and given back for the work's statements.
+          // The lock wait is bounded for the scope's lock alone: the session's own lock_timeout is kept aside and
+          // given back for the claim and the work's statements.
           `SELECT set_config('idempotency.lock_timeout', current_setting('lock_timeout'), true)`,
           `SELECT set_config('lock_timeout', '${Math.max(1, Math.ceil(timing.lockWaitMs))}ms', true),
                   set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout')
                     WHEN '0' THEN ${idleLimit} ELSE current_setting('idle_in_transaction_session_timeout') END, true)`,
-          inlined(this.statements.claim, values, (text) => connection.escapeLiteral(text)),
+          inlined(this.statements.lockScope, values, escape),
           `SELECT set_config('lock_timeout', current_setting('idempotency.lock_timeout'), true)`,
+          inlined(this.statements.claim, values, escape),
           // The work's writes can be discarded without the claim: a failed handler's final response is stored.
           `SAVEPOINT ${WORK_SAVEPOINT}`,
         ]);
-        [row] = results[3].rows as ClaimRow[];
+        [row] = results[5].rows as ClaimRow[];
       } catch (error) {
         await transaction.rollback().catch(() => undefined);
         const code = (error as { code?: string }).code;
@@ -140,7 +139,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       await transaction.rollback();
       if (row) return { claimed: false, existing: toExistingRecord(row) };
     }
-    throw new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
+    throw unresolvedClaim();
   }
 
   async commitWithOutcome(

@@ -4,6 +4,8 @@ import { quoteTableName } from './postgres-identifiers.js';
 
 /** The store's statements on one table, each one round trip. */
 export interface RecordStatements {
+  /** Holds the scope's lock until the transaction ends: what a claim inside a transaction waits on. */
+  lockScope: Statement;
   claim: Statement;
   renew: Statement;
   complete: Statement;
@@ -31,6 +33,11 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       answer,
     );
 
+  // A lock of the scope's own (transaction-scoped advisory lock, keyed by a 64-bit hash of the table's channel and
+  // the scope): a wait on it is a wait for another attempt at the same key, and nothing else.
+  const lockScope = prepared(
+    `SELECT pg_advisory_xact_lock(hashtextextended('${channel}' || chr(10) || $1 || chr(10) || $2 || chr(10) || $3, 0))`,
+  );
   // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
   // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
   // takeover of an expired one or of a lapsed lease of the same request.
@@ -101,7 +108,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       AND expires_at <= now()
     RETURNING 1`),
   );
-  return { claim, renew, complete, completeHeld, release, markAwaited, purge };
+  return { lockScope, claim, renew, complete, completeHeld, release, markAwaited, purge };
 }
 
 export interface ClaimRow {

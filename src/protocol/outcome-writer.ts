@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { ClaimFinalizer } from './claim-finalizer.js';
+import type { ClaimFinalizer, FinalizeResult } from './claim-finalizer.js';
 import {
   type IdempotencyError,
   IdempotencyStoreUnavailableError,
@@ -62,10 +62,8 @@ export class OutcomeWriter {
         : undefined;
     }
     if (this.cutTransactions.has(transaction)) {
-      // Rolled back past maxHoldSeconds: the key is released (with the transaction, when it held the claim), unless
-      // a retry has taken it over meanwhile.
-      if (transaction.holdsClaim) return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      const released = await this.finalizer.finalize(run.claim, undefined, policy);
+      // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
+      const released = await this.releaseAfterRollback(run, policy);
       return released === 'taken-over'
         ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
@@ -73,11 +71,11 @@ export class OutcomeWriter {
     // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
     const streamed = response === undefined && !failed;
     if (toStore || streamed) return this.commitWithOutcome(run, toStore, failed, policy, termsOf);
-    // Nothing to keep: the writes roll back, and the claim is released (with them, when the transaction held it).
+    // Nothing to keep: the writes roll back, and the claim is released.
     await this.endTransaction(transaction, 'rollback', policy).catch((error: unknown) =>
       this.logger.error(`Ending the transaction of ${describeScope(run.scope)} failed: ${error}`),
     );
-    if (!transaction.holdsClaim) await this.finalizer.finalize(run.claim, undefined, policy);
+    await this.releaseAfterRollback(run, policy);
     // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
     // database (a handler whose connection was lost under it fails with that connection's error).
     return failed && transaction.connectionLost
@@ -117,9 +115,18 @@ export class OutcomeWriter {
           `gets the outcome if the commit went through after all, or runs again: ${error}`,
       );
       // If the commit did go through, the record is completed and this release finds nothing to do.
-      if (!transaction.holdsClaim) await this.finalizer.finalize(run.claim, undefined, policy);
+      await this.releaseAfterRollback(run, policy);
       return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
+  }
+
+  /**
+   * Releases the claim of an attempt whose transaction rolled back. A claim the transaction held (its own uncommitted
+   * record) went with it: there is nothing left to release.
+   */
+  private releaseAfterRollback(run: IdempotencyRun, policy: IdempotencyPolicy): Promise<FinalizeResult> {
+    if (run.transaction?.holdsClaim) return Promise.resolve('held');
+    return this.finalizer.finalize(run.claim, undefined, policy);
   }
 
   /**
