@@ -42,8 +42,6 @@ export { TransactionEscapeError } from './postgres/transaction-escape.subscriber
 export { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 export type {
   ClaimResult,
-  TransactionClaimResult,
-  TransactionClaimTiming,
   ClaimTiming,
   ExistingRecord,
   IdempotencyClaim,

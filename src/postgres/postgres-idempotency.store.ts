@@ -10,15 +10,11 @@ import type {
   IdempotencyStore,
   StoredResponse,
   StoreTransaction,
-  TransactionClaimResult,
-  TransactionClaimTiming,
 } from '../protocol/idempotency-store.interface.js';
 import { ChangeListener, scopeDigest } from './change-listener.js';
 import { PostgresStoreTransaction } from './postgres-store-transaction.js';
 import {
-  CLAIM_NOT_HELD,
   type ClaimRow,
-  inlined,
   type RecordStatements,
   recordStatements,
   type Statement,
@@ -35,29 +31,11 @@ import { TransactionSlots } from './transaction-slots.js';
  */
 const CLAIM_ATTEMPTS = 5;
 
-/** SQLSTATEs of a claim in a transaction: another attempt's open claim outlasted the lock wait; a snapshot too old. */
-const LOCK_NOT_AVAILABLE = '55P03';
-const SERIALIZATION_FAILURE = '40001';
-
-/** Where the work of a transaction that holds its claim begins. */
-const WORK_SAVEPOINT = 'idempotency_work';
-
-/** The claim statement's parameters, in order. */
-function claimParameters(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming) {
-  return [scope.account, scope.endpoint, scope.key, fingerprint, attempt, timing.leaseSeconds, timing.ttlSeconds];
-}
-
-function unresolvedClaim(): Error {
-  return new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
-}
-
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly statements: RecordStatements;
   private readonly changes: ChangeListener;
   private readonly transactionSlots: TransactionSlots;
-  /** The data source's isolation level for transactions, as TypeORM's `startTransaction()` would set it. */
-  private readonly isolationLevel?: string;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -72,7 +50,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.transactionSlots = new TransactionSlots(Math.max(1, (extra?.max ?? poolSize ?? 10) - 2));
     this.changes = new ChangeListener(dataSource, channel, this.transactionSlots);
     this.statements = recordStatements(tableName, channel);
-    this.isolationLevel = (dataSource.options as { isolationLevel?: string }).isolationLevel;
   }
 
   async claim(
@@ -82,99 +59,21 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     timing: ClaimTiming,
   ): Promise<ClaimResult> {
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
-      const [row] = await this.query<ClaimRow>(
-        this.statements.claim,
-        claimParameters(scope, fingerprint, attempt, timing),
-      );
+      const rows = await this.query<ClaimRow>(this.statements.claim, [
+        scope.account,
+        scope.endpoint,
+        scope.key,
+        fingerprint,
+        attempt,
+        timing.leaseSeconds,
+        timing.ttlSeconds,
+      ]);
+      const [row] = rows;
       if (!row) continue;
       if (row.claimed) return { claimed: true, takeover: row.takeover === true };
       return { claimed: false, existing: toExistingRecord(row) };
     }
-    throw unresolvedClaim();
-  }
-
-  /**
-   * The claim as the first statement of the work's transaction, in the round trip of its `BEGIN`, behind a lock of
-   * the scope's own held until the transaction ends. A concurrent attempt waits on that lock for `lockWaitMs` (then:
-   * `locked`), and on nothing else for so short a time; a holder whose process dies has its transaction rolled back
-   * with its connection, freeing the key at once; one idle in it past `holdSeconds` is ended by PostgreSQL (unless
-   * the session has a limit of its own).
-   */
-  async claimInTransaction(
-    scope: IdempotencyScope,
-    fingerprint: string,
-    attempt: string,
-    timing: TransactionClaimTiming,
-  ): Promise<TransactionClaimResult> {
-    const values = claimParameters(scope, fingerprint, attempt, timing);
-    for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
-      const transaction = await this.openTransaction(timing.slotTimeoutMs, true);
-      const connection = transaction.connection as PoolClient;
-      const escape = (text: string) => connection.escapeLiteral(text);
-      const idleLimit = `'${Math.ceil(timing.holdSeconds * 1000)}ms'`;
-      let row: ClaimRow | undefined;
-      try {
-        const results = await transaction.beginWith(this.isolationLevel, [
-          // The lock wait is bounded for the scope's lock alone: the session's own lock_timeout is kept aside and
-          // given back for the claim and the work's statements.
-          `SELECT set_config('idempotency.lock_timeout', current_setting('lock_timeout'), true)`,
-          `SELECT set_config('lock_timeout', '${Math.max(1, Math.ceil(timing.lockWaitMs))}ms', true),
-                  set_config('idle_in_transaction_session_timeout', CASE current_setting('idle_in_transaction_session_timeout')
-                    WHEN '0' THEN ${idleLimit} ELSE current_setting('idle_in_transaction_session_timeout') END, true)`,
-          inlined(this.statements.lockScope, values, escape),
-          `SELECT set_config('lock_timeout', current_setting('idempotency.lock_timeout'), true)`,
-          inlined(this.statements.claim, values, escape),
-          // The work's writes can be discarded without the claim: a failed handler's final response is stored.
-          `SAVEPOINT ${WORK_SAVEPOINT}`,
-        ]);
-        [row] = results[5].rows as ClaimRow[];
-      } catch (error) {
-        await transaction.rollback().catch(() => undefined);
-        const code = (error as { code?: string }).code;
-        if (code === LOCK_NOT_AVAILABLE) return { claimed: false, locked: true };
-        if (code === SERIALIZATION_FAILURE) continue;
-        throw error;
-      }
-      if (row?.claimed) return { claimed: true, takeover: row.takeover === true, transaction };
-      await transaction.rollback();
-      if (row) return { claimed: false, existing: toExistingRecord(row) };
-    }
-    throw unresolvedClaim();
-  }
-
-  async commitWithOutcome(
-    { scope, attempt }: IdempotencyClaim,
-    response: StoredResponse | undefined,
-    ttlSeconds: number,
-    transaction: StoreTransaction,
-    discardWrites = false,
-  ): Promise<boolean> {
-    const open = this.ownTransaction(transaction);
-    const claim = [scope.account, scope.endpoint, scope.key, attempt];
-    const escape = (text: string) => (open.connection as PoolClient).escapeLiteral(text);
-    if (!response) {
-      const [{ count }] = (await open.commitWith([inlined(this.statements.release, claim, escape)])).rows as Array<{
-        count: number;
-      }>;
-      return count === 1;
-    }
-    if (discardWrites && !open.holdsClaim) {
-      await open.rollback();
-      return this.complete({ scope, attempt }, response, ttlSeconds);
-    }
-    const completion = inlined(
-      this.statements.completeHeld,
-      [...claim, response.status, JSON.stringify(response.headers), response.body, ttlSeconds],
-      escape,
-    );
-    try {
-      await open.commitWith(discardWrites ? [`ROLLBACK TO SAVEPOINT ${WORK_SAVEPOINT}`, completion] : [completion]);
-      return true;
-    } catch (error) {
-      if ((error as { code?: string }).code !== CLAIM_NOT_HELD) throw error;
-      await open.rollback();
-      return false;
-    }
+    throw new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
   }
 
   async renew({ scope, attempt }: IdempotencyClaim, timing: ClaimTiming): Promise<boolean> {
@@ -217,28 +116,17 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
-    const transaction = await this.openTransaction(timeoutMs, false);
-    try {
-      await transaction.runner.startTransaction();
-    } catch (error) {
-      await transaction.rollback();
-      throw error;
-    }
-    return transaction;
-  }
-
-  /** A connection of its own, in one of the transaction slots, on which a transaction is to begin. */
-  private async openTransaction(timeoutMs: number | undefined, holdsClaim: boolean): Promise<PostgresStoreTransaction> {
     await this.transactionSlots.acquire(timeoutMs);
     const runner = this.dataSource.createQueryRunner();
     try {
       await runner.connect();
+      await runner.startTransaction();
     } catch (error) {
       await runner.release();
       this.transactionSlots.release();
       throw error;
     }
-    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release(), holdsClaim);
+    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release());
   }
 
   checkSchema(): Promise<void> {
@@ -254,13 +142,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     await this.changes.close();
   }
 
-  private ownTransaction(transaction: StoreTransaction): PostgresStoreTransaction {
-    if (!(transaction instanceof PostgresStoreTransaction)) {
-      throw new Error('PostgresIdempotencyStore was given a transaction of another store');
-    }
-    return transaction;
-  }
-
   private async count(statement: Statement, parameters: unknown[], transaction?: StoreTransaction): Promise<number> {
     const [{ count }] = await this.query<{ count: number }>(statement, parameters, transaction);
     return count;
@@ -273,7 +154,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
     const config = { ...statement, values };
     if (transaction) {
-      const client = this.ownTransaction(transaction).connection as PoolClient;
+      if (!(transaction instanceof PostgresStoreTransaction)) {
+        throw new Error('PostgresIdempotencyStore was given a transaction of another store');
+      }
+      const client = transaction.connection as PoolClient;
       return (await client.query(config)).rows as Row[];
     }
     const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [

@@ -4,13 +4,9 @@ import { quoteTableName } from './postgres-identifiers.js';
 
 /** The store's statements on one table, each one round trip. */
 export interface RecordStatements {
-  /** Holds the scope's lock until the transaction ends: what a claim inside a transaction waits on. */
-  lockScope: Statement;
   claim: Statement;
   renew: Statement;
   complete: Statement;
-  /** `complete`, failing (division by zero) when the claim is no longer held: what follows it in its query does not run. */
-  completeHeld: Statement;
   release: Statement;
   markAwaited: Statement;
   purge: Statement;
@@ -26,18 +22,12 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
   // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
   // one has asked to be: a NOTIFY serializes every notifying commit of the cluster on one lock.
-  const notifying = (statement: string, answer?: string) =>
+  const notifying = (statement: string) =>
     countingRows(
       statement,
       `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`,
-      answer,
     );
 
-  // A lock of the scope's own (transaction-scoped advisory lock, keyed by a 64-bit hash of the table's channel and
-  // the scope): a wait on it is a wait for another attempt at the same key, and nothing else.
-  const lockScope = prepared(
-    `SELECT pg_advisory_xact_lock(hashtextextended('${channel}' || chr(10) || $1 || chr(10) || $2 || chr(10) || $3, 0))`,
-  );
   // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
   // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
   // takeover of an expired one or of a lapsed lease of the same request.
@@ -83,15 +73,15 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   );
   // The clock at completion, not now(): in a transactional run, now() is when the handler's transaction began,
   // and a TTL counted from there would be shortened by the run (or over before the outcome is even stored).
-  const completion = `
+  const complete = prepared(
+    notifying(`
     UPDATE ${table}
     SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
         completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8)
     FROM (SELECT clock_timestamp() AS at) AS completion
     WHERE ${held}
-    RETURNING awaited`;
-  const complete = prepared(notifying(completion));
-  const completeHeld = prepared(notifying(completion, '1 / count(*)::int AS count'));
+    RETURNING awaited`),
+  );
   const release = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
   // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on.
   const markAwaited = prepared(
@@ -108,7 +98,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       AND expires_at <= now()
     RETURNING 1`),
   );
-  return { lockScope, claim, renew, complete, completeHeld, release, markAwaited, purge };
+  return { claim, renew, complete, release, markAwaited, purge };
 }
 
 export interface ClaimRow {
@@ -136,30 +126,9 @@ function prepared(text: string): Statement {
  * Wraps a data-modifying statement so that it answers with the number of rows it changed, running `forEachRow`
  * (which may filter itself out) once per changed row.
  */
-function countingRows(statement: string, forEachRow?: string, answer = 'count(*)::int AS count'): string {
+function countingRows(statement: string, forEachRow?: string): string {
   const each = forEachRow ? ` LEFT JOIN LATERAL (${forEachRow}) AS each_row ON true` : '';
-  return `WITH changed AS (${statement}) SELECT ${answer} FROM changed${each}`;
-}
-
-/** SQLSTATE of `completeHeld` finding the claim no longer held. */
-export const CLAIM_NOT_HELD = '22012';
-
-/**
- * The statement's text with its parameters written in as literals, for a simple query: one that may hold several
- * statements, sent in one round trip, but takes no parameters (and so is not prepared).
- */
-export function inlined(statement: Statement, values: unknown[], escapeLiteral: (text: string) => string): string {
-  return statement.text.replace(/\$(\d+)/g, (_, position: string) =>
-    literal(values[Number(position) - 1], escapeLiteral),
-  );
-}
-
-function literal(value: unknown, escapeLiteral: (text: string) => string): string {
-  if (value === null || value === undefined) return 'NULL';
-  if (typeof value === 'string') return escapeLiteral(value);
-  if (Buffer.isBuffer(value)) return escapeLiteral(`\\x${value.toString('hex')}`);
-  if (typeof value === 'number' && Number.isFinite(value)) return String(value);
-  throw new TypeError(`Cannot write a ${typeof value} as an SQL literal`);
+  return `WITH changed AS (${statement}) SELECT count(*)::int AS count FROM changed${each}`;
 }
 
 export function toExistingRecord(row: ClaimRow): ExistingRecord {

@@ -27,29 +27,11 @@ export type ClaimResult =
   /** `takeover`: the claim took over an in-progress record whose lease had lapsed (its holder may have died). */
   { claimed: true; takeover: boolean } | { claimed: false; existing: ExistingRecord };
 
-/**
- * What a claim inside a transaction found: the claim, with its open transaction; the record that holds the scope; or
- * another attempt's claim still open in its own transaction (`locked`: its request is not known until it ends).
- */
-export type TransactionClaimResult =
-  | { claimed: true; takeover: boolean; transaction: StoreTransaction }
-  | { claimed: false; existing: ExistingRecord }
-  | { claimed: false; locked: true };
-
 export interface ClaimTiming {
   /** The claim blocks other attempts this long. */
   leaseSeconds: number;
   /** An abandoned claim (never completed, never retried) expires this long after its lease. */
   ttlSeconds: number;
-}
-
-export interface TransactionClaimTiming extends ClaimTiming {
-  /** How long the attempt may hold its transaction: the store may end a holder idle for longer. */
-  holdSeconds: number;
-  /** How long to wait for another attempt's open claim of the scope to end (0: not at all). */
-  lockWaitMs: number;
-  /** How long to wait for the store to allow one more transaction (see `beginTransaction`). */
-  slotTimeoutMs: number;
 }
 
 /** The claim an attempt holds; only its holder (same `attempt` token) may renew, complete or release it. */
@@ -69,11 +51,6 @@ export interface StoreTransaction {
   readonly connectionLost: boolean;
   /** Cuts the transaction's connection: the database rolls back what was not committed, and the connection is not reused. */
   abandon(): void;
-  /**
-   * The attempt's claim is this transaction's own uncommitted record (`claimInTransaction`): it has no lease, and it
-   * ends with the transaction (a rollback or a lost connection frees the key at once).
-   */
-  readonly holdsClaim?: boolean;
 }
 
 /** Storage of idempotency records. Every time comparison is made on the store's clock. */
@@ -83,17 +60,6 @@ export interface IdempotencyStore {
    * has expired or whose lease has lapsed (same fingerprint only). The claim is committed when this resolves.
    */
   claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult>;
-  /**
-   * Optional: claims the scope as `claim` does, but inside a new transaction that stays open for the work, the
-   * uncommitted record being the claim. Another attempt's open claim of the scope is waited for at most
-   * `timing.lockWaitMs`. Resolves with the transaction only when claimed; otherwise the transaction has ended.
-   */
-  claimInTransaction?(
-    scope: IdempotencyScope,
-    fingerprint: string,
-    attempt: string,
-    timing: TransactionClaimTiming,
-  ): Promise<TransactionClaimResult>;
   /** Extends the lease of a claim still held; false when it is no longer held by this attempt. */
   renew(claim: IdempotencyClaim, timing: ClaimTiming): Promise<boolean>;
   /**
@@ -105,20 +71,6 @@ export interface IdempotencyStore {
     response: StoredResponse,
     ttlSeconds: number,
     transaction?: StoreTransaction,
-  ): Promise<boolean>;
-  /**
-   * Ends `transaction` with the attempt's outcome in its commit: `response` stored, or with none the claim released.
-   * With `discardWrites`, the transaction's writes are rolled back and the response alone is stored (a transaction
-   * that `holdsClaim` keeps its claim meanwhile). Resolves whether the claim was still held: when it was not, a
-   * response is not stored and the transaction is rolled back, while without one the writes commit all the same.
-   * Rejects when the commit failed or its result is unknown.
-   */
-  commitWithOutcome(
-    claim: IdempotencyClaim,
-    response: StoredResponse | undefined,
-    ttlSeconds: number,
-    transaction: StoreTransaction,
-    discardWrites?: boolean,
   ): Promise<boolean>;
   /**
    * Deletes the in-progress record so that a retry runs again; false when the claim is no longer held.

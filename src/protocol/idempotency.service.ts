@@ -30,8 +30,6 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
-  StoreTransaction,
-  TransactionClaimResult,
 } from './idempotency-store.interface.js';
 import { type Instant, ReplayCache } from './replay-cache.js';
 import { ClaimFinalizer } from './claim-finalizer.js';
@@ -234,20 +232,14 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       if (this.shuttingDown) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
       const since = this.replays.now();
-      const result = await this.claim(claim, fingerprint, policy, wait.remainingMs()).catch((error: unknown) => {
+      const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
         wait.stop();
         throw error;
       });
       if (result.claimed) {
         wait.stop();
         const request = { fingerprint, since, terms };
-        const transaction = 'transaction' in result ? result.transaction : undefined;
-        return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy, transaction) };
-      }
-      if ('locked' in result) {
-        // Another attempt's open transaction holds the key, and did not end within the wait (if any) left.
-        wait.stop();
-        throw new RequestInProgressError(policy.retryAfterSeconds, terms);
+        return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy) };
       }
       const { existing } = result;
       if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
@@ -273,11 +265,10 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     takeover: boolean,
     request: ClaimedRequest,
     policy: IdempotencyPolicy,
-    transaction: StoreTransaction | undefined,
   ): Promise<IdempotencyRun> {
     this.starting += 1;
     try {
-      const run = await this.startRun(claim, takeover, policy, transaction);
+      const run = await this.startRun(claim, takeover, policy);
       this.attempts.set(run, { ...request, policy, abandoned: false, finishing: false });
       if (this.shuttingDown) {
         await this.finish(run, { response: undefined, failed: true }, policy);
@@ -378,51 +369,25 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     return this.purge.purge(batchSize);
   }
 
-  /**
-   * Claims the key: on a transactional route, inside the route's transaction when the store can (the claim then
-   * lasts as long as the transaction, waiting up to `lockWaitMs` for another attempt's), else on its own.
-   */
-  private claim(
-    claim: IdempotencyClaim,
-    fingerprint: string,
-    policy: IdempotencyPolicy,
-    lockWaitMs: number,
-  ): Promise<ClaimResult | TransactionClaimResult> {
+  private claim(claim: IdempotencyClaim, fingerprint: string, policy: IdempotencyPolicy): Promise<ClaimResult> {
     const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
-    const { scope, attempt } = claim;
-    const inTransaction = policy.transactional && this.store.claimInTransaction !== undefined;
-    const claiming: Promise<ClaimResult | TransactionClaimResult> = inTransaction
-      ? this.store.claimInTransaction!(scope, fingerprint, attempt, {
-          ...timing,
-          holdSeconds: policy.maxHoldSeconds,
-          lockWaitMs,
-          slotTimeoutMs: policy.storeTimeoutSeconds * 1000,
-        })
-      : this.store.claim(scope, fingerprint, attempt, timing);
-    return withTimeout(claiming, policy, 'claim', inTransaction ? lockWaitMs : 0).catch((error: unknown) => {
-      this.logger.error(`Claiming ${describeScope(scope)} failed; the request is refused with 503: ${error}`);
-      // A claim that lands after its request was refused would block the key: give it back.
-      claiming
-        .then(async (late) => {
-          if (late.claimed) await ('transaction' in late ? late.transaction.rollback() : this.store.release(claim));
-        })
-        .catch(() => undefined);
+    const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing);
+    return withTimeout(claiming, policy, 'claim').catch((error: unknown) => {
+      this.logger.error(`Claiming ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`);
+      // A claim that lands after its request was refused would block the key for a lease: give it back.
+      claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     });
   }
 
-  /**
-   * Opens the route's transaction if it has one (unless the claim came with it), and keeps the lease alive while the
-   * handler runs.
-   */
+  /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */
   private async startRun(
     claim: IdempotencyClaim,
     takeover: boolean,
     policy: IdempotencyPolicy,
-    transaction: StoreTransaction | undefined,
   ): Promise<IdempotencyRun> {
-    let run = new IdempotencyRun(claim, takeover, transaction);
-    if (policy.transactional && !transaction) {
+    let run = new IdempotencyRun(claim, takeover);
+    if (policy.transactional) {
       const opening = this.store.beginTransaction(policy.storeTimeoutSeconds * 1000);
       try {
         run = new IdempotencyRun(claim, takeover, await withTimeout(opening, policy, 'beginning a transaction'));

@@ -35,11 +35,6 @@ export class InFlightWait {
     return this.listening !== undefined;
   }
 
-  /** How much of the wait is left, in milliseconds (0 without one). */
-  remainingMs(): number {
-    return Math.max(0, this.deadline - Date.now());
-  }
-
   /** Stops listening: the attempt has its answer (or its error). */
   stop(): void {
     this.listening?.cancel();

@@ -206,29 +206,6 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     return { changed, listening: Promise.resolve(), cancel: done };
   }
 
-  async commitWithOutcome(
-    claim: IdempotencyClaim,
-    response: StoredResponse | undefined,
-    ttlSeconds: number,
-    transaction: StoreTransaction,
-    discardWrites = false,
-  ): Promise<boolean> {
-    if (!response) {
-      await transaction.commit();
-      return this.release(claim);
-    }
-    if (discardWrites) {
-      await transaction.rollback();
-      return this.complete(claim, response, ttlSeconds);
-    }
-    if (!(await this.complete(claim, response, ttlSeconds, transaction))) {
-      await transaction.rollback();
-      return false;
-    }
-    await transaction.commit();
-    return true;
-  }
-
   /** A transaction in which `complete()` stores an outcome that becomes visible on commit. Never waits. */
   async beginTransaction(_timeoutMs?: number): Promise<StoreTransaction> {
     return new InMemoryStoreTransaction(this, {

@@ -18,25 +18,8 @@ export class LeaseRenewals {
     private readonly pastMaxHold: (transaction: StoreTransaction, policy: IdempotencyPolicy) => void,
   ) {}
 
-  /**
-   * Renews the lease of `run` every third of it until it is stopped, for at most `maxHoldSeconds`. A claim its
-   * transaction holds has no lease: it is only bounded, its transaction cut past `maxHoldSeconds`.
-   */
+  /** Renews the lease of `run` every third of it until it is stopped, for at most `maxHoldSeconds`. */
   start(run: IdempotencyRun, policy: IdempotencyPolicy): void {
-    const { transaction } = run;
-    if (transaction?.holdsClaim) {
-      const timer = setTimeout(() => {
-        this.stop(run);
-        this.logger.warn(
-          `The handler of ${describeScope(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its ` +
-            'transaction is cut (rolled back), which frees the key for a retry.',
-        );
-        this.pastMaxHold(transaction, policy);
-      }, policy.maxHoldSeconds * 1000);
-      timer.unref();
-      this.timers.set(run, timer);
-      return;
-    }
     const holdUntil = Date.now() + policy.maxHoldSeconds * 1000;
     const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
     const stop = () => this.stop(run);
@@ -49,11 +32,11 @@ export class LeaseRenewals {
           this.logger.warn(
             `The handler of ${describeScope(run.scope)} has run past maxHoldSeconds (${policy.maxHoldSeconds} s): its lease ` +
               'is no longer renewed, and a retry may take the key over once it lapses' +
-              (transaction
+              (run.transaction
                 ? '; its transaction is cut (rolled back), so that its row locks do not block the retry.'
                 : '.'),
           );
-          if (transaction) this.pastMaxHold(transaction, policy);
+          if (run.transaction) this.pastMaxHold(run.transaction, policy);
           return;
         }
         renewing = true;

@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { ClaimFinalizer, FinalizeResult } from './claim-finalizer.js';
+import type { ClaimFinalizer } from './claim-finalizer.js';
 import {
   type IdempotencyError,
   IdempotencyStoreUnavailableError,
@@ -53,80 +53,73 @@ export class OutcomeWriter {
     const { response, failed } = outcome;
     const toStore = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
     const { transaction } = run;
-    if (!transaction) {
-      const finalized = await this.finalizer.finalize(run.claim, toStore, policy);
-      if (finalized === 'held' && toStore) this.stored(run, toStore, policy);
-      // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
-      return finalized === 'taken-over' && toStore && !failed
-        ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
-        : undefined;
-    }
-    if (this.cutTransactions.has(transaction)) {
+    if (transaction && this.cutTransactions.has(transaction)) {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
-      const released = await this.releaseAfterRollback(run, policy);
+      const released = await this.finalizer.finalize(run.claim, undefined, policy);
       return released === 'taken-over'
         ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
-    // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
-    const streamed = response === undefined && !failed;
-    if (toStore || streamed) return this.commitWithOutcome(run, toStore, failed, policy, termsOf);
-    // Nothing to keep: the writes roll back, and the claim is released.
-    await this.endTransaction(transaction, 'rollback', policy).catch((error: unknown) =>
-      this.logger.error(`Ending the transaction of ${describeScope(run.scope)} failed: ${error}`),
-    );
-    await this.releaseAfterRollback(run, policy);
-    // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
-    // database (a handler whose connection was lost under it fails with that connection's error).
-    return failed && transaction.connectionLost
-      ? new IdempotencyStoreUnavailableError(policy.retryAfterSeconds)
+    if (transaction && toStore && !failed) return this.commitWithOutcome(run, toStore, policy, termsOf);
+    if (transaction) {
+      // A streamed response reached the client as the handler wrote it: its writes stand, if they commit.
+      const ending = response === undefined && !failed ? 'commit' : 'rollback';
+      const ended = await this.endTransaction(transaction, ending, policy).then(
+        () => true,
+        (error: unknown) => {
+          this.logger.error(`Ending the transaction of ${describeScope(run.scope)} failed: ${error}`);
+          return false;
+        },
+      );
+      // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
+      // database (a handler whose connection was lost under it fails with that connection's error).
+      if ((failed && transaction.connectionLost) || (ending === 'commit' && !ended)) {
+        await this.finalizer.finalize(run.claim, undefined, policy);
+        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      }
+    }
+    const finalized = await this.finalizer.finalize(run.claim, toStore, policy);
+    if (finalized === 'held' && toStore) this.stored(run, toStore, policy);
+    // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
+    return finalized === 'taken-over' && toStore && !failed
+      ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
       : undefined;
   }
 
-  /**
-   * Commits the attempt's transaction with its outcome: the handler's writes and the stored response (or, with none,
-   * the claim released) in one commit; a failed handler's writes are discarded and its response alone is stored.
-   */
+  /** Stores the handler's writes and its outcome in one commit. */
   private async commitWithOutcome(
     run: IdempotencyRun,
-    response: StoredResponse | undefined,
-    failed: boolean,
+    response: StoredResponse,
     policy: IdempotencyPolicy,
     termsOf: () => KeyTerms,
   ): Promise<IdempotencyError | undefined> {
-    const transaction = run.transaction as StoreTransaction;
-    const committing = this.store.commitWithOutcome(run.claim, response, policy.ttlSeconds, transaction, failed);
+    const transaction = run.transaction as NonNullable<IdempotencyRun['transaction']>;
     try {
-      const held = await withTimeout(committing, policy, 'committing');
-      if (held) {
-        if (response) this.stored(run, response, policy);
-        return undefined;
-      }
-      this.logger.warn(
-        `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's ` +
-          (response ? 'writes are rolled back.' : 'writes are committed, and its claim was not released.'),
+      const held = await withTimeout(
+        this.store.complete(run.claim, response, policy.ttlSeconds, transaction),
+        policy,
+        'storing the outcome',
       );
-      return response && !failed ? new RequestInProgressError(policy.retryAfterSeconds, termsOf()) : undefined;
+      if (!held) {
+        await this.endTransaction(transaction, 'rollback', policy);
+        this.logger.warn(
+          `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
+        );
+        return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
+      }
+      await this.endTransaction(transaction, 'commit', policy);
+      this.stored(run, response, policy);
+      return undefined;
     } catch (error) {
-      if (error instanceof StoreTimeoutError) transaction.abandon();
       await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
       this.logger.error(
         `Committing the work and outcome of ${describeScope(run.scope)} failed; the client gets 503, and its retry ` +
           `gets the outcome if the commit went through after all, or runs again: ${error}`,
       );
       // If the commit did go through, the record is completed and this release finds nothing to do.
-      await this.releaseAfterRollback(run, policy);
+      await this.finalizer.finalize(run.claim, undefined, policy);
       return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
-  }
-
-  /**
-   * Releases the claim of an attempt whose transaction rolled back. A claim the transaction held (its own uncommitted
-   * record) went with it: there is nothing left to release.
-   */
-  private releaseAfterRollback(run: IdempotencyRun, policy: IdempotencyPolicy): Promise<FinalizeResult> {
-    if (run.transaction?.holdsClaim) return Promise.resolve('held');
-    return this.finalizer.finalize(run.claim, undefined, policy);
   }
 
   /**

@@ -5,27 +5,20 @@ import type { IdempotencyScope } from './idempotency-store.interface.js';
 export class StoreTimeoutError extends Error {}
 
 /**
- * Bounds a store operation, allowing it `waitMs` more when it may wait that long on purpose (for another attempt);
- * the operation itself is not cancelled, its result is no longer awaited. One promise settled by whichever comes
- * first, not a race of two: it runs two or three times per request, and every promise costs the process's async
- * hooks (the module's AsyncLocalStorage) as well as its allocation.
+ * Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. One promise
+ * settled by whichever comes first, not a race of two: it runs two or three times per request, and every promise
+ * costs the process's async hooks (the module's AsyncLocalStorage) as well as its allocation.
  */
 export function withTimeout<T>(
   operation: Promise<T>,
   policy: Pick<IdempotencyPolicy, 'storeTimeoutSeconds'>,
   what: string,
-  waitMs = 0,
 ): Promise<T> {
-  const beyond = waitMs > 0 ? ` beyond its ${waitMs} ms wait for the key` : '';
   return new Promise<T>((resolve, reject) => {
     const timer = setTimeout(
       () =>
-        reject(
-          new StoreTimeoutError(
-            `${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)${beyond}`,
-          ),
-        ),
-      policy.storeTimeoutSeconds * 1000 + waitMs,
+        reject(new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
+      policy.storeTimeoutSeconds * 1000,
     );
     operation.then(
       (value) => {

@@ -302,31 +302,6 @@ export function describeIdempotencyStoreContract(
         completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
       });
 
-      it('commits an outcome with the transaction (commitWithOutcome), or releases the claim with it', async ({
-        store,
-      }) => {
-        const stored = newScope();
-        const storing = await claimed(store, stored, 'fp', LONG);
-        assert.equal(await store.commitWithOutcome(storing, response, 60, await store.beginTransaction(5_000)), true);
-        completedWith(await store.claim(stored, 'fp', randomUUID(), LONG), 'fp', response);
-
-        const released = newScope();
-        const releasing = await claimed(store, released, 'fp', LONG);
-        assert.equal(
-          await store.commitWithOutcome(releasing, undefined, 60, await store.beginTransaction(5_000)),
-          true,
-        );
-        assert.equal((await store.claim(released, 'fp', randomUUID(), LONG)).claimed, true);
-      });
-
-      it('commits no outcome for a claim another attempt holds (commitWithOutcome is fenced)', async ({ store }) => {
-        const scope = newScope();
-        await claimed(store, scope, 'fp', LONG);
-        const transaction = await store.beginTransaction(5_000);
-        assert.equal(await store.commitWithOutcome({ scope, attempt: randomUUID() }, response, 60, transaction), false);
-        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
-      });
-
       it('discards it when the transaction rolls back: the claim is still held by its attempt', async ({ store }) => {
         const scope = newScope();
         const claim = await claimed(store, scope, 'fp', LONG);

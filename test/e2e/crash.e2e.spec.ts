@@ -1,15 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { type HeldLock, holdLock } from '../support/hold-lock.js';
-import { stallCompletions } from '../support/stalled-completions.js';
 import { PLATFORMS, postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
- * A process of the sample app is SIGKILLed at each step of a charge; then a retry goes to another instance: in
- * standard mode once the lease lapses, in transactional mode once PostgreSQL has rolled back the dead process's
- * transaction (which holds the claim). The steps are reached by holding database locks the step waits for.
+ * A process of the sample app is SIGKILLed at each step of a charge; then a retry, after the lease lapses,
+ * goes to another instance. The steps are reached by holding database locks the step waits for.
  */
 type Mode = 'standard' | 'transactional';
 type Step = 'after the claim' | 'after the provider charged' | 'during the finalize' | 'after the commit';
@@ -17,7 +15,7 @@ type Step = 'after the claim' | 'after the provider charged' | 'during the final
 interface Held {
   charges: number;
   providerCharges: number;
-  record: 'in_progress' | 'completed' | null;
+  record: 'in_progress' | 'completed';
 }
 
 interface Expected {
@@ -38,12 +36,11 @@ const scenarios: Array<[Mode, Step, Expected]> = [
       after: { charges: 1, providerCharges: 1 },
     },
   ],
-  // Transactional mode's claim is its transaction's uncommitted record: it goes with the process.
   [
     'transactional',
     'after the claim',
     {
-      held: { charges: 0, providerCharges: 0, record: null },
+      held: { charges: 0, providerCharges: 0, record: 'in_progress' },
       retry: 'runs',
       after: { charges: 1, providerCharges: 1 },
     },
@@ -62,7 +59,7 @@ const scenarios: Array<[Mode, Step, Expected]> = [
     'transactional',
     'after the provider charged',
     {
-      held: { charges: 0, providerCharges: 1, record: null },
+      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
       retry: 'runs',
       after: { charges: 1, providerCharges: 1 },
     },
@@ -82,7 +79,7 @@ const scenarios: Array<[Mode, Step, Expected]> = [
     'transactional',
     'during the finalize',
     {
-      held: { charges: 0, providerCharges: 1, record: null },
+      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
       retry: 'runs',
       after: { charges: 1, providerCharges: 1 },
     },
@@ -165,8 +162,7 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
     doomedUrl.searchParams.set('application_name', application);
     const doomed = await spawnSampleApp({
       DATABASE_URL: doomedUrl.toString(),
-      // Transactional mode has no lease to wait out: one far longer than the test shows the retry does not wait.
-      IDEMPOTENCY_LEASE_SECONDS: mode === 'standard' ? '1' : '600',
+      IDEMPOTENCY_LEASE_SECONDS: '1',
       IDEMPOTENCY_TRANSACTIONAL: String(mode === 'transactional'),
       SAMPLE_PLATFORM: platform,
       // After the claim, the provider call takes far longer than the test: the process dies inside it.
@@ -177,9 +173,6 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
       if (step === 'after the provider charged' || step === 'during the finalize') {
         locks.push(await holdLock(db.url, 'LOCK TABLE charges IN EXCLUSIVE MODE'));
       }
-      // Transactional mode's record is not committed until the outcome is: no lock of another session can hold it, so
-      // the outcome's UPDATE is stalled by a trigger, set up before the claim (creating it waits for the claim's transaction).
-      if (step === 'during the finalize' && mode === 'transactional') locks.push(await stallCompletions(db.url));
       const lost = postCharge(doomed.url, charge, key, account).then(
         () => 'answered',
         () => 'connection lost',
@@ -191,33 +184,20 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
             key,
           ])
         )[0];
-      // The doomed process's transaction, which in transactional mode holds the claim before the record shows.
-      const claimed = async () =>
-        mode === 'standard' || step === 'after the commit'
-          ? recordExists()
-          : (
-              await db.query(
-                `SELECT 1 FROM pg_stat_activity WHERE application_name = $1 AND xact_start IS NOT NULL
-                   AND (query LIKE 'BEGIN;%' OR query LIKE 'INSERT INTO "charges"%')`,
-                [application],
-              )
-            )[0];
-      await waitFor(claimed, 'the claim');
+      await waitFor(recordExists, 'the claim');
       if (step === 'after the provider charged') {
         await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
       }
       if (step === 'during the finalize') {
         await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
-        if (mode === 'standard') {
-          locks.push(
-            await holdLock(
-              db.url,
-              'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE',
-              [account, key],
-            ),
-          );
-        }
-        await locks.shift()?.letGo(); // the charge insert goes on
+        locks.push(
+          await holdLock(
+            db.url,
+            'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE',
+            [account, key],
+          ),
+        );
+        await locks.shift()?.letGo();
         // The outcome's UPDATE, not a lease renewal (which waits on the same row lock every third of the lease).
         await waitFor(waitingOn("WITH changed AS (%SET status = 'completed'"), 'the finalize to wait');
       }
@@ -228,13 +208,10 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
       const exited = once(doomed.child, 'exit');
       doomed.child.kill('SIGKILL');
       await exited;
-      // Its sessions die with it, rolling back whatever it had not committed. An idle one notices by itself (the
-      // transaction holding the claim after the claim); one waiting on a lock of the test's would only once let go.
-      if (mode === 'standard' || step !== 'after the claim') {
-        await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
-          application,
-        ]);
-      }
+      // Its sessions die with it, rolling back whatever it had not committed.
+      await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
+        application,
+      ]);
       for (const lock of locks.splice(0)) await lock.letGo();
       // After the commit the answer may have gone out before the kill; before it, it cannot have.
       const answer = await lost;
@@ -242,13 +219,10 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
       await expect(heldFor(account, key)).resolves.toEqual(expected.held);
 
       const survivor = survivors.get(mode) as RunningApp;
-      const retry = await waitFor(
-        async () => {
-          const response = await postCharge(survivor.url, charge, key, account);
-          return response.status === 409 ? undefined : response;
-        },
-        mode === 'standard' ? 'the lease to lapse' : 'the dead transaction to end',
-      );
+      const retry = await waitFor(async () => {
+        const response = await postCharge(survivor.url, charge, key, account);
+        return response.status === 409 ? undefined : response;
+      }, 'the lease to lapse');
       expect(retry.status).toBe(201);
       expect(retry.headers['idempotent-replay']).toBe(expected.retry === 'replays' ? 'true' : undefined);
       const after = await heldFor(account, key);

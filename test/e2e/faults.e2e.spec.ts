@@ -16,6 +16,7 @@ import { APP_INTERCEPTOR } from '@nestjs/core';
 import { mergeMap, race, Subject, take, throwError } from 'rxjs';
 import { Test } from '@nestjs/testing';
 import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import {
@@ -32,7 +33,6 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createPlatformApp, PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import { stallCompletions } from '../support/stalled-completions.js';
 import { waitFor } from '../support/wait-for.js';
 
 /** The gate the next request to a gated route waits at (each gate holds one request). */
@@ -279,8 +279,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       outerTimeouts.next();
       // The timeout's answer goes out at once, while the handler still waits at its gate, holding the key.
       expect((await answered).status).toBe(408);
-      // Its claim is its transaction's, uncommitted: not to be seen, but it holds the key.
-      await expect(recordOf(key)).resolves.toBeUndefined();
+      await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
       await post('/tx/write', key, { gated: true }).expect(409);
       gate.release();
       // Once the handler is done, its own outcome (not the timeout) commits with its write, and a retry replays it.
@@ -368,7 +367,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       await expect(rowsOf(key)).resolves.toHaveLength(1);
     });
 
-    it('in transactional mode, end a hung attempt after maxHoldSeconds: its transaction is cut, freeing the key', async () => {
+    it('stop being renewed after maxHoldSeconds; a retry takes the key over, and the hung attempt is fenced off', async () => {
       const key = randomUUID();
       const { gate, answer: hung } = await sendHeld('/tx/hung', key);
       const taker = await retryUntilRun('/tx/hung', key);
@@ -376,15 +375,15 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 
       gate.release();
       const late = await hung;
-      // The hung attempt's writes went with its transaction: its client is told to retry.
-      expect(late.status).toBe(503);
-      expect(late.body.error).toBe('idempotency_store_unavailable');
+      // The hung attempt cannot store its outcome: its client is told to retry, and its writes are rolled back.
+      expect(late.status).toBe(409);
       await expect(rowsOf(key)).resolves.toEqual([{ id: taker.body.id }]);
       const replay = await post('/tx/hung', key).expect(201);
       expect(replay.body).toEqual(taker.body);
       expect(logger.warnings).toContain(
-        `WARN [Idempotency] The handler of key "${key}" of POST /tx/hung has run past maxHoldSeconds (1 s): its ` +
-          'transaction is cut (rolled back), which frees the key for a retry.',
+        `WARN [Idempotency] The handler of key "${key}" of POST /tx/hung has run past maxHoldSeconds (1 s): its lease is no ` +
+          'longer renewed, and a retry may take the key over once it lapses; its transaction is cut (rolled back), so that ' +
+          'its row locks do not block the retry.',
       );
     });
 
@@ -453,30 +452,25 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       await expect(rowsOf(key)).resolves.toHaveLength(2);
     });
 
-    it('answers 503 within bounds when the commit with the outcome does not answer; once it lands, a retry replays it', async () => {
+    it('answers 503 within bounds when the outcome cannot be written in the transaction, and keeps nothing', async () => {
       const key = randomUUID();
-      // The outcome's UPDATE stalls, as on a database that stops answering (set up first: creating the trigger waits
-      // for every transaction on the table, the claim's among them).
-      const stall = await stallCompletions(db.url);
       const { gate, answer } = await sendHeld('/tx/write', key, { gated: true });
+      // Another session holds the record: the outcome's UPDATE, then the rollback behind it, stall.
+      const locker = new pg.Client({ connectionString: db.url });
+      await locker.connect();
+      await locker.query('BEGIN');
+      await locker.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [key]);
       try {
         gate.release();
         const refused = await answer;
         expect(refused.status).toBe(503);
         expect(refused.body.error).toBe('idempotency_store_unavailable');
       } finally {
-        await stall.letGo();
+        await locker.query('ROLLBACK');
+        await locker.end();
       }
-      // The outcome and the COMMIT were sent in one message: the database carries it out once the stall is over.
-      await waitFor(
-        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
-        'the commit to land',
-      );
-      const rows = await rowsOf(key);
-      expect(rows).toHaveLength(1);
-      const replay = await post('/tx/write', key, { gated: true }).expect(201);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      await expect(rowsOf(key)).resolves.toEqual(rows);
+      await expect(rowsOf(key)).resolves.toEqual([]);
+      await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
     });
 
     it('answers 503 in transactional mode when it is lost before the commit, keeping nothing; the retry runs once', async () => {

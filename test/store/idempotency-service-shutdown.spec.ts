@@ -13,22 +13,22 @@ import {
   IdempotencyShuttingDownError,
   PostgresIdempotencyStore,
   type IdempotencyScope,
-  type TransactionClaimResult,
+  type PostgresStoreTransaction,
 } from '../../src/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
-/** The real store, whose next claim (once made), waits at a gate before it answers. */
+/** The real store, whose next claim (once committed), or next transaction, waits at a gate before it answers. */
 class GatedClaimStore extends PostgresIdempotencyStore {
   gate?: Gate;
+  transactionGate?: Gate;
 
-  override async claimInTransaction(
-    ...claiming: Parameters<PostgresIdempotencyStore['claimInTransaction']>
-  ): Promise<TransactionClaimResult> {
-    const result = await super.claimInTransaction(...claiming);
-    await this.pass();
-    return result;
+  override async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
+    const gate = this.transactionGate;
+    this.transactionGate = undefined;
+    await gate?.pass();
+    return super.beginTransaction(timeoutMs);
   }
 
   override async claim(
@@ -38,24 +38,19 @@ class GatedClaimStore extends PostgresIdempotencyStore {
     timing: ClaimTiming,
   ): Promise<ClaimResult> {
     const result = await super.claim(scope, fingerprint, attempt, timing);
-    await this.pass();
-    return result;
-  }
-
-  /** Waits at the gate, once, if one is set. */
-  private async pass(): Promise<void> {
     const gate = this.gate;
     this.gate = undefined;
     await gate?.pass();
+    return result;
   }
 }
 
 let db: TestDatabase;
 const logger = new RecordingLogger();
-const contexts: INestApplicationContext[] = [];
+let context: INestApplicationContext;
 
-/** An application context on the gated store; each test shuts its own down. */
-async function startContext(): Promise<INestApplicationContext> {
+beforeAll(async () => {
+  db = await createTestDatabase();
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
@@ -69,23 +64,16 @@ async function startContext(): Promise<INestApplicationContext> {
     })
     .setLogger(logger)
     .compile();
-  const context = await moduleRef.init();
-  contexts.push(context);
-  return context;
-}
-
-beforeAll(async () => {
-  db = await createTestDatabase();
+  context = await moduleRef.init();
 });
 
 afterAll(async () => {
-  for (const context of contexts) await context.close();
+  await context?.close();
   await db?.drop();
 });
 
 describe('shutdown while a claim is on its way', () => {
   it('gives back a claim that lands once shutdown has begun, and runs nothing', async () => {
-    const context = await startContext();
     const store = context.get<GatedClaimStore>(IDEMPOTENCY_STORE);
     const service = context.get(IdempotencyService);
     const gate = (store.gate = new Gate());
@@ -106,28 +94,42 @@ describe('shutdown while a claim is on its way', () => {
   });
 });
 
-describe('shutdown while a transactional claim is on its way', () => {
-  it('rolls back a claim that lands once shutdown has begun (the key is free), and runs nothing', async () => {
-    const context = await startContext();
-    const store = context.get<GatedClaimStore>(IDEMPOTENCY_STORE);
-    const service = context.get(IdempotencyService);
-    const gate = (store.gate = new Gate());
-    const key = randomUUID();
-    let runs = 0;
-    const executing = service
-      .execute({ name: 'payout', key }, async () => (runs += 1), { transactional: true })
-      .catch((error: unknown) => error);
-    await gate.reached;
-    // Claimed in its transaction: held, but not to be seen.
-    await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual([]);
-    await service.beforeApplicationShutdown();
-    gate.release();
-    await expect(executing).resolves.toBeInstanceOf(IdempotencyShuttingDownError);
-    expect(runs).toBe(0);
-    await expect(
-      db.query(
-        `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in transaction%'`,
-      ),
-    ).resolves.toEqual([]);
+describe('shutdown while an attempt waits for its transaction', () => {
+  it('waits for it, and it is given back (rolled back, released) before shutdown completes', async () => {
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
+        IdempotencyModule.forRoot({ singleTenant: true }),
+      ],
+    })
+      .overrideProvider(IDEMPOTENCY_STORE)
+      .useFactory({
+        factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'),
+        inject: [DataSource],
+      })
+      .setLogger(logger)
+      .compile();
+    const app = await moduleRef.init();
+    try {
+      const store = app.get<GatedClaimStore>(IDEMPOTENCY_STORE);
+      const service = app.get(IdempotencyService);
+      const gate = (store.transactionGate = new Gate());
+      const key = randomUUID();
+      const events: string[] = [];
+      const executing = service
+        .execute({ name: 'payout', key }, async () => 'ran', { transactional: true })
+        .catch((error: unknown) => error)
+        .then((outcome) => events.push(outcome instanceof IdempotencyShuttingDownError ? 'refused' : String(outcome)));
+      await gate.reached;
+      const shutdown = service.beforeApplicationShutdown().then(() => events.push('shut down'));
+      gate.release();
+      await Promise.all([executing, shutdown]);
+      expect(events).toEqual(['refused', 'shut down']);
+      await expect(db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).resolves.toEqual(
+        [],
+      );
+    } finally {
+      await app.close();
+    }
   });
 });

@@ -37,10 +37,6 @@ describe('ending a transaction the database does not answer', () => {
     const store = {
       release: async () => true,
       complete: async () => true,
-      commitWithOutcome: async (...[, , , transaction]: Parameters<IdempotencyStore['commitWithOutcome']>) => {
-        await transaction.commit();
-        return true;
-      },
     } as unknown as IdempotencyStore;
     const service = new IdempotencyService(store, { accountResolver: () => 'acct' });
     const transaction = new StalledTransaction();
