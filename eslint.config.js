@@ -16,6 +16,8 @@ const ROOM_NAMES = {
   protocol: 'the protocol (src/protocol)',
   http: 'the HTTP edge (src/http)',
   postgres: 'the PostgreSQL store (src/postgres)',
+  memory: 'the in-memory store (src/memory)',
+  testing: 'the testing kit (src/testing)',
   client: 'the client (src/client)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
@@ -39,6 +41,17 @@ const ROOMS = {
   },
   http: { mayImport: ['http', 'protocol', 'shared'], packages: [['the database (ORM or driver)', DATABASE]] },
   postgres: { mayImport: ['postgres', 'protocol', 'shared'], packages: [['an HTTP platform', HTTP_PLATFORM]] },
+  memory: {
+    mayImport: ['memory', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+    ],
+  },
+  testing: {
+    mayImport: ['testing', 'protocol', 'memory', 'shared'],
+    packages: [['the database (ORM or driver)', DATABASE]],
+  },
   client: {
     mayImport: ['client', 'shared'],
     noPackages: true,
@@ -57,7 +70,12 @@ const ROOMS = {
       ['rxjs', ['rxjs']],
     ],
   },
-  root: { mayImport: Object.keys(ROOM_NAMES), packages: [] },
+  // The main entry point's wiring: every room but the PostgreSQL store, whose entry point is its own, so that an
+  // application on another store runs without TypeORM and pg installed.
+  root: {
+    mayImport: ['root', 'protocol', 'http', 'memory', 'shared'],
+    packages: [['the database (ORM or driver)', DATABASE]],
+  },
 };
 
 /** The room (the folder of src/) of a path, 'root' for src/'s own files, null outside src/. */
@@ -142,7 +160,7 @@ export default defineConfig(
     },
   },
   {
-    files: ['src/protocol/in-memory-idempotency.store.ts'],
+    files: ['src/memory/in-memory-idempotency.store.ts'],
     // An async interface implemented in memory: its methods stay async so that their errors reject, as a database's do.
     rules: { '@typescript-eslint/require-await': 'off' },
   },

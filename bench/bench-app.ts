@@ -4,7 +4,8 @@ import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IdempotencyContext, Idempotent, IdempotencyModule } from '../src/index.js';
+import { Idempotent, IdempotencyModule } from '../src/index.js';
+import { IdempotencyPostgresModule, PostgresIdempotencyContext } from '../src/postgres/index.js';
 import { PLATFORMS, type Platform } from '../test/support/platforms.js';
 import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
 
@@ -13,7 +14,7 @@ import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js
 class BenchController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly idempotency: IdempotencyContext,
+    private readonly idempotency: PostgresIdempotencyContext,
   ) {}
 
   @Post('baseline')
@@ -42,6 +43,7 @@ class BenchController {
   imports: [
     benchDatabase(),
     IdempotencyModule.forRoot({
+      store: IdempotencyPostgresModule.forRoot(),
       accountResolver: () => 'bench',
       // BENCH_REPLAY_CACHE=off: every replay reads the database, as on an instance that has not seen the key.
       ...(process.env.BENCH_REPLAY_CACHE === 'off' ? { replayCache: false as const } : {}),

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { EntityManager, MigrationInterface, QueryRunner } from 'typeorm';
-import { IdempotencyMigrations } from '../src/index.js';
+import { IdempotencyMigrations } from '../src/postgres/index.js';
 
 /** The charges table of the bench apps (ours in `bench-app.ts`, the peer's in `peer-app.ts`): one table, one insert. */
 export class CreateBenchCharges1764633600002 implements MigrationInterface {

@@ -1,7 +1,8 @@
 import { type DynamicModule, type MiddlewareConsumer, Module, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IdempotencyMigrations, IdempotencyModule } from '../src/index.js';
+import { IdempotencyModule } from '../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
 import { ApiKeyGuard, type AuthenticatedRequest } from './auth/api-key.guard.js';
 import { Charge } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
@@ -42,6 +43,7 @@ export class AppModule implements NestModule {
           extra: { max: 20, connectionTimeoutMillis: 3000 },
         }),
         IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
           ttlSeconds: config.ttlSeconds,
           leaseSeconds: config.leaseSeconds,
           transactional: config.transactional,

@@ -1,64 +1,54 @@
-import { ConfigurableModuleBuilder, type Provider } from '@nestjs/common';
-import { getDataSourceToken } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_DATA_SOURCE } from './postgres/postgres.tokens.js';
+import { ConfigurableModuleBuilder, type DynamicModule, type Provider, type Type } from '@nestjs/common';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
 import type { IdempotencyModuleOptions } from './protocol/idempotency-options.interface.js';
-import { resolveTableName } from './protocol/idempotency-policy.js';
-import { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
+import type { IdempotencyStore } from './protocol/idempotency-store.interface.js';
+
+/**
+ * Where the records live: a module that provides and exports `IDEMPOTENCY_STORE` (`IdempotencyPostgresModule.forRoot()`
+ * from `nest-idempotency/postgres`, or a module of your own), or a store itself (`new InMemoryIdempotencyStore()`).
+ */
+export type IdempotencyStoreChoice = DynamicModule | Type | IdempotencyStore;
 
 /** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */
 export interface IdempotencyModuleExtras {
   /** Register the module globally. Default: `true`. */
   isGlobal?: boolean;
-  /** Name of the TypeORM data source holding the records. Default: the default data source. */
-  dataSource?: string;
+  /** Where the records live. Required: there is no default, so that no application keeps them where it did not mean to. */
+  store?: IdempotencyStoreChoice;
 }
+
+const MISSING_STORE =
+  'IdempotencyModule needs to be told where its records live: `IdempotencyModule.forRoot({ store: ' +
+  "IdempotencyPostgresModule.forRoot(), ... })` (from 'nest-idempotency/postgres', on your TypeORM data source), or " +
+  '`store: new InMemoryIdempotencyStore()` for tests and single-process tools.';
 
 // The protocol's own options token, so that the protocol reads its options without depending on this module (nor on
 // its store).
 export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
   new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ optionsInjectionToken: IDEMPOTENCY_MODULE_OPTIONS })
     .setClassMethodName('forRoot')
-    .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, extras) => ({
-      ...definition,
-      global: extras.isGlobal,
-      providers: [...(definition.providers ?? []), dataSourceProvider(extras.dataSource), postgresStoreProvider()],
-    }))
+    .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, { isGlobal, store }) => {
+      if (store === undefined) throw new IdempotencySetupError(MISSING_STORE);
+      const storeModule = isStoreModule(store);
+      return {
+        ...definition,
+        global: isGlobal,
+        // The store is exported as its module when it has one: Nest re-exports only what a module provides or imports.
+        imports: [...(definition.imports ?? []), ...(storeModule ? [store] : [])],
+        providers: [...(definition.providers ?? []), ...(storeModule ? [] : [storeProvider(store)])],
+        exports: [...(definition.exports ?? []), storeModule ? store : IDEMPOTENCY_STORE],
+      };
+    })
     .build();
 
-function dataSourceProvider(dataSourceName: string | undefined): Provider {
-  return {
-    provide: IDEMPOTENCY_DATA_SOURCE,
-    // Optional, so that a missing data source is refused with the fix rather than Nest's unresolved dependency.
-    inject: [{ token: getDataSourceToken(dataSourceName), optional: true }],
-    useFactory: (dataSource: DataSource | undefined) => {
-      if (!dataSource) throw new IdempotencySetupError(missingDataSourceMessage(dataSourceName));
-      return dataSource;
-    },
-  };
+function isStoreModule(store: IdempotencyStoreChoice): store is DynamicModule | Type {
+  return typeof store === 'function' || (typeof store === 'object' && store !== null && 'module' in store);
 }
 
-function postgresStoreProvider(): Provider {
-  return {
-    provide: IDEMPOTENCY_STORE,
-    inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_MODULE_OPTIONS],
-    useFactory: (dataSource: DataSource, options: IdempotencyModuleOptions) =>
-      new PostgresIdempotencyStore(dataSource, resolveTableName(options)),
-  };
-}
-
-function missingDataSourceMessage(dataSourceName: string | undefined): string {
-  if (dataSourceName !== undefined) {
-    return (
-      `IdempotencyModule was given \`dataSource: '${dataSourceName}'\`, but the application has no TypeORM data source ` +
-      `of that name: pass the \`name\` given to \`TypeOrmModule.forRoot({ name, ... })\`.`
-    );
+function storeProvider(store: IdempotencyStore): Provider {
+  if (typeof (store as Partial<IdempotencyStore>).claim !== 'function') {
+    throw new IdempotencySetupError(`IdempotencyModule's \`store\` is neither a store nor a module. ${MISSING_STORE}`);
   }
-  return (
-    'IdempotencyModule keeps its records on the default TypeORM data source, and the application has none: import ' +
-    "`TypeOrmModule.forRoot(...)`, or, if the data source is named (`TypeOrmModule.forRoot({ name: 'billing', ... })`), " +
-    "pass its name beside the options: `IdempotencyModule.forRoot({ ..., dataSource: 'billing' })`."
-  );
+  return { provide: IDEMPOTENCY_STORE, useValue: store };
 }

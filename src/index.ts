@@ -2,9 +2,9 @@
 
 // The module, the route decorator, and what handlers and services see of their run.
 export { IdempotencyModule } from './idempotency.module.js';
-export type { IdempotencyModuleExtras } from './idempotency.module-definition.js';
+export type { IdempotencyModuleExtras, IdempotencyStoreChoice } from './idempotency.module-definition.js';
 export { Idempotent } from './idempotent.decorator.js';
-export { IdempotencyContext } from './idempotency-context.js';
+export { IdempotencyContext } from './protocol/idempotency-context.js';
 export { IdempotencyRun } from './protocol/idempotency-run.js';
 
 // Options, and the defaults an application may build its own from.
@@ -36,9 +36,9 @@ export {
   RequestInProgressError,
 } from './protocol/idempotency.errors.js';
 export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
-export { TransactionEscapeError } from './postgres/transaction-escape.subscriber.js';
 
-// The record store: its injection tokens and interface (for a store of your own), and the PostgreSQL one with its table.
+// The record store: its injection tokens and interface (for a store of your own), and the in-memory one (for tests and
+// single-process tools). The PostgreSQL store is `nest-idempotency/postgres`.
 export { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 export type {
   ClaimResult,
@@ -50,11 +50,7 @@ export type {
   StoredResponse,
   StoreTransaction,
 } from './protocol/idempotency-store.interface.js';
-export { PostgresIdempotencyStore } from './postgres/postgres-idempotency.store.js';
 export {
   InMemoryIdempotencyStore,
   type InMemoryIdempotencyStoreOptions,
-} from './protocol/in-memory-idempotency.store.js';
-export type { PostgresStoreTransaction } from './postgres/postgres-store-transaction.js';
-export { IdempotencyRecord } from './postgres/idempotency-record.entity.js';
-export { IdempotencyMigrations, idempotencyMigrations } from './postgres/migrations/idempotency-migrations.js';
+} from './memory/in-memory-idempotency.store.js';

@@ -1,6 +1,6 @@
 import { HttpStatus, Inject, Injectable } from '@nestjs/common';
 import type { Repository } from 'typeorm';
-import { IdempotencyContext } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { ApiError } from '../api-errors.js';
 import { newId } from '../ids.js';
 import type { ChargeInput } from '../input.pipes.js';
@@ -16,7 +16,7 @@ import { Charge } from './charge.entity.js';
 export class ChargesService {
   constructor(
     @Inject(PAYMENT_PROVIDER) private readonly provider: PaymentProvider,
-    private readonly idempotency: IdempotencyContext,
+    private readonly idempotency: PostgresIdempotencyContext,
   ) {}
 
   /**

@@ -1,7 +1,8 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IdempotencyContext, IdempotencyService, RequestInProgressError } from '../../src/index.js';
+import { IdempotencyService, RequestInProgressError } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { PAYMENT_PROVIDER, type PaymentProvider } from '../payment-provider.js';
 import { SAMPLE_CONFIG, type SampleConfig } from '../sample-config.js';
 import { PayoutJob } from './payout-job.entity.js';
@@ -22,7 +23,7 @@ export class PayoutWorker implements OnApplicationBootstrap, OnApplicationShutdo
     @InjectDataSource() private readonly dataSource: DataSource,
     @Inject(PAYMENT_PROVIDER) private readonly provider: PaymentProvider,
     private readonly idempotency: IdempotencyService,
-    private readonly context: IdempotencyContext,
+    private readonly context: PostgresIdempotencyContext,
   ) {}
 
   onApplicationBootstrap(): void {

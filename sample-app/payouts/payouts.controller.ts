@@ -2,7 +2,8 @@ import { randomUUID } from 'node:crypto';
 import { Body, Controller, Get, HttpStatus, Param, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IdempotencyContext, Idempotent } from '../../src/index.js';
+import { Idempotent } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { ApiError } from '../api-errors.js';
 import { Account } from '../auth/account.decorator.js';
 import { newId } from '../ids.js';
@@ -14,7 +15,7 @@ import { PayoutJob, presentPayout } from './payout-job.entity.js';
 export class PayoutsController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly idempotency: IdempotencyContext,
+    private readonly idempotency: PostgresIdempotencyContext,
   ) {}
 
   @Post()

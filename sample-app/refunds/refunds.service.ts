@@ -1,7 +1,7 @@
 import { Injectable } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource, EntityManager } from 'typeorm';
-import { IdempotencyContext } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { invalidRequest } from '../api-errors.js';
 import { Charge } from '../charges/charge.entity.js';
 import { newId } from '../ids.js';
@@ -12,7 +12,7 @@ import { Refund } from './refund.entity.js';
 export class RefundsService {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly idempotency: IdempotencyContext,
+    private readonly idempotency: PostgresIdempotencyContext,
   ) {}
 
   /**

@@ -1,6 +1,6 @@
 import type { DataSource } from 'typeorm';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
-import { DEFAULT_TABLE_NAME } from '../protocol/idempotency-policy.js';
+import { DEFAULT_TABLE_NAME } from './postgres-options.js';
 import { quoteTableName } from './postgres-identifiers.js';
 
 /** The columns the store reads and writes, with their types as PostgreSQL names them (`format_type`). */

@@ -1,10 +1,8 @@
 import { Inject, Injectable } from '@nestjs/common';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_DATA_SOURCE } from './postgres.tokens.js';
+import { IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_POSTGRES_SETTINGS } from './postgres.tokens.js';
 import { currentRun } from '../protocol/current-run.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
-import type { IdempotencyModuleOptions } from '../protocol/idempotency-options.interface.js';
-import { resolveDataSourceSettings } from '../protocol/idempotency-policy.js';
+import type { PostgresSettings } from './postgres-options.js';
 import { openTransactionRunner } from './run-transaction.js';
 import { enlistEntityManager } from './entity-manager-enlistment.js';
 import { TransactionEscapeSubscriber } from './transaction-escape.subscriber.js';
@@ -20,9 +18,8 @@ import { TransactionEscapeSubscriber } from './transaction-escape.subscriber.js'
 export class RunTransactionBinding {
   constructor(
     @Inject(IDEMPOTENCY_DATA_SOURCE) dataSource: DataSource,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
+    @Inject(IDEMPOTENCY_POSTGRES_SETTINGS) { enlist, onEscape }: PostgresSettings,
   ) {
-    const { enlist, onEscape } = resolveDataSourceSettings(options);
     if (enlist) {
       // Only a transaction on this very data source can be joined; another's connections are not this one's.
       const currentRunner = () => {

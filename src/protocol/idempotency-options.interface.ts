@@ -23,8 +23,8 @@ export interface IdempotentOptions {
   /** Refuse requests without a key (400 `idempotency_key_required`). Default: `true`. */
   required?: boolean;
   /**
-   * Run the handler in one database transaction that also stores its outcome, so that its own writes (made
-   * through `IdempotencyContext.manager` or `IdempotencyContext.getRepository()`, and with `enlistDataSource`
+   * Run the handler in one transaction of the store that also stores its outcome, so that its own writes (on
+   * PostgreSQL: made through `PostgresIdempotencyContext.manager` or `getRepository()`, and with `enlistDataSource`
    * through injected repositories too) and the stored response commit together or not at all. Default: `false`.
    */
   transactional?: boolean;
@@ -83,8 +83,6 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
    * refuses to start unless it is given either this or `accountResolver` (not both). Default: `false`.
    */
   singleTenant?: boolean;
-  /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
-  tableName?: string;
   /**
    * Bound on each store operation. A claim that takes longer is answered with 503
    * `idempotency_store_unavailable`; a finalize that takes longer lets the response go and is logged. Default: 5 s.
@@ -117,18 +115,4 @@ export interface IdempotencyModuleOptions extends IdempotentOptions {
   purgeIntervalSeconds?: number | false;
   /** Records deleted per purge statement. Default: 1000. */
   purgeBatchSize?: number;
-  /**
-   * Inside a transactional run, the data source's own entity manager runs in the run's transaction, and so does
-   * every repository made from it: `@InjectRepository()`, `@InjectEntityManager()`, `dataSource.manager`,
-   * `dataSource.getRepository()` (and `dataSource.transaction()` becomes a savepoint of the run's). Outside
-   * transactional runs, and in other requests, nothing changes. Default: `false`.
-   */
-  enlistDataSource?: boolean;
-  /**
-   * What happens when an entity is inserted, updated or removed through a connection of the data source other
-   * than the transaction of the transactional run it belongs to (the write commits on its own, whatever the
-   * run's outcome): `'log'` logs an error naming the entity and the route, `'throw'` fails the write with a
-   * `TransactionEscapeError` (for tests and strict apps), `'ignore'` does nothing. Raw SQL is not seen. Default: `'log'`.
-   */
-  onTransactionEscape?: 'log' | 'throw' | 'ignore';
 }

@@ -6,6 +6,16 @@ import type {
   IdempotentOptions,
 } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
+import {
+  boolean,
+  callable,
+  nonEmptyString,
+  oneOf,
+  positive,
+  positiveInteger,
+  stringList,
+  wholeNumber,
+} from './option-checks.js';
 import { describedValue } from './described-value.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 
@@ -85,8 +95,6 @@ export interface IdempotencyPolicy {
   isFinalStatus: (status: number) => boolean;
 }
 
-export const DEFAULT_TABLE_NAME = 'idempotency_records';
-
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
 export function resolvePurgeSettings(options: IdempotencyModuleOptions): {
   batchSize: number;
@@ -100,25 +108,9 @@ export function resolvePurgeSettings(options: IdempotencyModuleOptions): {
   };
 }
 
-/** The records table's name, checked. */
-export function resolveTableName(options: IdempotencyModuleOptions): string {
-  return nonEmptyString('tableName', options.tableName ?? DEFAULT_TABLE_NAME);
-}
-
 /** How long shutdown waits for running attempts, checked. */
 export function resolveShutdownTimeout(options: IdempotencyModuleOptions): number {
   return positive('shutdownTimeoutSeconds', options.shutdownTimeoutSeconds ?? 10);
-}
-
-/** How the module's data source treats transactional runs (see `enlistDataSource` and `onTransactionEscape`), checked. */
-export function resolveDataSourceSettings(options: IdempotencyModuleOptions): {
-  enlist: boolean;
-  onEscape: 'log' | 'throw' | 'ignore';
-} {
-  return {
-    enlist: boolean('enlistDataSource', options.enlistDataSource ?? false),
-    onEscape: oneOf('onTransactionEscape', options.onTransactionEscape ?? 'log', ['log', 'throw', 'ignore'] as const),
-  };
 }
 
 /** The replay cache's limits, checked, or `undefined` when it is off. */
@@ -168,63 +160,6 @@ export function resolvePolicy(
     maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
     isFinalStatus: callable('isFinalStatus', options.isFinalStatus ?? isFinalStatusByDefault),
   };
-}
-
-function positive(name: string, value: number): number {
-  if (!Number.isFinite(value) || value <= 0) {
-    throw new RangeError(`Idempotency option ${name} must be a positive number, got ${describedValue(value)}`);
-  }
-  return value;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value <= 0) {
-    throw new RangeError(`Idempotency option ${name} must be a positive integer, got ${describedValue(value)}`);
-  }
-  return value;
-}
-
-function wholeNumber(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value < 0) {
-    throw new RangeError(`Idempotency option ${name} must be a whole number, got ${describedValue(value)}`);
-  }
-  return value;
-}
-
-function oneOf<T extends string>(name: string, value: string, allowed: readonly T[]): T {
-  if (!(allowed as readonly string[]).includes(value)) {
-    throw new RangeError(
-      `Idempotency option ${name} must be one of ${allowed.join(', ')}, got ${describedValue(value)}`,
-    );
-  }
-  return value as T;
-}
-
-/** A flag read from the environment is a string, and `"false"` is truthy: refused rather than taken for `true`. */
-function boolean(name: string, value: boolean): boolean {
-  if (typeof value !== 'boolean')
-    throw new TypeError(`Idempotency option ${name} must be true or false, got ${describedValue(value)}`);
-  return value;
-}
-
-function nonEmptyString(name: string, value: string): string {
-  if (typeof value !== 'string' || value.length === 0) {
-    throw new TypeError(`Idempotency option ${name} must be a non-empty string, got ${describedValue(value)}`);
-  }
-  return value;
-}
-
-function stringList(name: string, value: string[]): string[] {
-  if (!Array.isArray(value) || !value.every((item) => typeof item === 'string')) {
-    throw new TypeError(`Idempotency option ${name} must be an array of strings, got ${describedValue(value)}`);
-  }
-  return value;
-}
-
-function callable<F extends (...args: never[]) => unknown>(name: string, value: F): F {
-  if (typeof value !== 'function')
-    throw new TypeError(`Idempotency option ${name} must be a function, got ${describedValue(value)}`);
-  return value;
 }
 
 function withoutUndefined<T extends object>(options: T): Partial<T> {

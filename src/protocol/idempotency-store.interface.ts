@@ -100,6 +100,11 @@ export interface IdempotencyStore {
    * `IdempotencySetupError` that names the fix when it cannot, or with another error when it could not tell.
    */
   checkSchema?(): Promise<void>;
+  /**
+   * The records live in this process only (its memory), not shared by the application's other instances nor kept
+   * across a restart: the module warns at start-up that a retry reaching another instance runs again.
+   */
+  readonly processLocal?: boolean;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */
   purgeExpired(batchSize: number): Promise<number>;
   /** Gives back what the store holds (a listening connection); called on shutdown once no attempt runs. */

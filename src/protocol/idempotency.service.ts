@@ -127,6 +127,14 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 
   async onModuleInit(): Promise<void> {
+    if (this.store.processLocal) {
+      this.logger.warn(
+        "IdempotencyModule keeps its records in this process's memory: they are not shared with the application's " +
+          'other instances nor kept across a restart, so a retry that reaches another instance (or this one after a ' +
+          'restart) runs again. Use it for tests and single-process tools; in production, a shared store ' +
+          "(IdempotencyPostgresModule from 'nest-idempotency/postgres').",
+      );
+    }
     await this.checkStoreSchema();
     this.purge.schedule();
   }

@@ -7,14 +7,17 @@ import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import {
-  IdempotencyMigrations,
   IDEMPOTENCY_STORE,
   type IdempotencyClaim,
   type IdempotencyModuleOptions,
   IdempotencyModule,
   Idempotent,
-  PostgresIdempotencyStore,
 } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyPostgresModule,
+  PostgresIdempotencyStore,
+} from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import {
   createPlatformApp,
@@ -115,6 +118,7 @@ async function startApp(
         extra: { max: poolSize },
       }),
       IdempotencyModule.forRoot({
+        store: IdempotencyPostgresModule.forRoot(),
         accountResolver: (context) => headerOf(context.switchToHttp().getRequest<Request>(), 'x-account') ?? 'acct',
         ...options,
       }),

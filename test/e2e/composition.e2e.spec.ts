@@ -23,7 +23,12 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import { catchError, from, map, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Idempotent, IdempotencyModule } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import {
@@ -90,7 +95,7 @@ class GatedPipe implements PipeTransform {
 class WorkController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly context: IdempotencyContext,
+    private readonly context: PostgresIdempotencyContext,
   ) {}
 
   /** Standard mode: waits at its gate, then commits a row of its own and answers with it. */
@@ -129,7 +134,7 @@ class WorkController {
 @Controller('own-answer')
 @Idempotent({ transactional: true })
 class OwnAnswerController {
-  constructor(private readonly context: IdempotencyContext) {}
+  constructor(private readonly context: PostgresIdempotencyContext) {}
 
   /** Writes its own 201 with writeHead and end, then its transaction cannot commit (a deferred constraint). */
   @Post('write-head')
@@ -179,7 +184,7 @@ class TransformInterceptor implements NestInterceptor {
 class AfterTimeoutController {
   readonly background = { runs: 0 };
 
-  constructor(private readonly context: IdempotencyContext) {}
+  constructor(private readonly context: PostgresIdempotencyContext) {}
 
   private async write(req: Request) {
     await passGate(req);
@@ -244,7 +249,7 @@ class AfterTimeoutController {
 /** A base class marked as a whole, and a controller that inherits the mark with routes of its own. */
 @Idempotent({ transactional: true })
 class MarkedBase {
-  constructor(protected readonly context: IdempotencyContext) {}
+  constructor(protected readonly context: PostgresIdempotencyContext) {}
 }
 
 @Controller('inherits-mark')
@@ -326,6 +331,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         }),
         // A short lease: a claim that is not renewed while its handler runs lapses within the test.
         IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
           accountResolver: () => 'acct',
           leaseSeconds: 0.6,
           storeTimeoutSeconds: 2,
@@ -641,6 +647,7 @@ describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify 
           migrationsRun: true,
         }),
         IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
           accountResolver: async () => {
             await accountGates.pass();
             return 'acct';

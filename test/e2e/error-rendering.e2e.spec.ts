@@ -18,10 +18,10 @@ import {
   IdempotencyError,
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
-  IdempotencyMigrations,
   Idempotent,
   IdempotencyModule,
 } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -56,7 +56,7 @@ beforeAll(async () => {
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ singleTenant: true }),
+      IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
     ],
     controllers: [OrdersController],
     providers: [{ provide: APP_FILTER, useValue: filter }],

@@ -19,14 +19,12 @@ import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
 import pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
+import { Idempotent, IdempotencyModule, IdempotencyRun, sha256Fingerprint } from '../../src/index.js';
 import {
   IdempotencyMigrations,
-  IdempotencyContext,
-  Idempotent,
-  IdempotencyModule,
-  IdempotencyRun,
-  sha256Fingerprint,
-} from '../../src/index.js';
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -64,7 +62,7 @@ interface WriteBody {
 @Controller('tx')
 @Idempotent({ transactional: true })
 class TransactionalController {
-  constructor(private readonly context: IdempotencyContext) {}
+  constructor(private readonly context: PostgresIdempotencyContext) {}
 
   /** Writes a row in the request's transaction, then answers as asked. */
   @Post('write')
@@ -179,6 +177,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
           extra: { connectionTimeoutMillis: 1000 },
         }),
         IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
           accountResolver: () => 'acct',
           leaseSeconds: 1,
           storeTimeoutSeconds: 2,

@@ -3,7 +3,8 @@ import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { IdempotencyMigrations, Idempotent, IdempotencyModule, jsonFieldsFingerprint } from '../../src/index.js';
+import { Idempotent, IdempotencyModule, jsonFieldsFingerprint } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 
@@ -54,7 +55,11 @@ beforeAll(async () => {
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ singleTenant: true, fingerprint: jsonFieldsFingerprint({ exclude: ['traceId'] }) }),
+      IdempotencyModule.forRoot({
+        store: IdempotencyPostgresModule.forRoot(),
+        singleTenant: true,
+        fingerprint: jsonFieldsFingerprint({ exclude: ['traceId'] }),
+      }),
     ],
     controllers: [OrdersController],
   })

@@ -9,13 +9,15 @@ import {
   Idempotent,
   IdempotencyModule,
   IdempotencyService,
-  IdempotencySetupError,
   InMemoryIdempotencyStore,
 } from '../../src/index.js';
+import { IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 
-// The README's "Testing with the in-memory store": an application whose store is overridden with the in-memory one
-// starts and answers without any database. It still needs a TypeORM data source object, which need not connect.
+// docs/testing.md, "Testing with the in-memory store": an application on the in-memory store starts and answers
+// without any database and without TypeORM (examples/memory-store-app proves it with TypeORM and pg not installed);
+// an application on the PostgreSQL store has its store overridden with the in-memory one in its tests.
 
 const gates = new GateQueue();
 
@@ -37,8 +39,8 @@ class OrdersController {
   @Idempotent({ transactional: true })
   createInTransaction(@Body() body: { amount: number }) {
     this.runs += 1;
-    // The in-memory store's transactions hold the outcome only: there is no entity manager.
-    return { order: this.runs, amount: body.amount, manager: this.context.manager === undefined ? 'none' : 'some' };
+    // The in-memory store's transactions hold the outcome only: a run has one, with no database connection.
+    return { order: this.runs, amount: body.amount, transaction: this.context.run?.transaction ? 'some' : 'none' };
   }
 
   @Post('waiting')
@@ -48,30 +50,23 @@ class OrdersController {
   }
 }
 
-/** The application as an adopter has it: TypeORM for its data, the idempotency module on it. */
-@Module({
-  imports: [
-    // In tests: a data source that never connects (`manualInitialization`), so no database is needed.
-    // (Port 1 here, where nothing listens: a connection attempt would fail the test.)
-    TypeOrmModule.forRoot({ type: 'postgres', manualInitialization: true, host: '127.0.0.1', port: 1 }),
-    // The replay cache keeps outcomes on the process's clock: off, so that moving the store's clock expires them.
-    IdempotencyModule.forRoot({ singleTenant: true, replayCache: false }),
-  ],
-  controllers: [OrdersController],
-})
-class AppModule {}
-
+const logger = new RecordingLogger();
 let app: INestApplication;
 let store: InMemoryIdempotencyStore;
 let now = Date.parse('2030-01-01T00:00:00Z');
 
 beforeAll(async () => {
   store = new InMemoryIdempotencyStore({ now: () => now });
+  @Module({
+    // The replay cache keeps outcomes on the process's clock: off, so that moving the store's clock expires them.
+    imports: [IdempotencyModule.forRoot({ store, singleTenant: true, replayCache: false })],
+    controllers: [OrdersController],
+  })
+  class AppModule {}
   const moduleRef = await Test.createTestingModule({ imports: [AppModule] })
-    .overrideProvider(IDEMPOTENCY_STORE)
-    .useValue(store)
+    .setLogger(logger)
     .compile();
-  app = moduleRef.createNestApplication({ rawBody: true });
+  app = moduleRef.createNestApplication({ rawBody: true, logger });
   await app.init();
 });
 
@@ -132,7 +127,7 @@ describe('an application on the in-memory store, without a database', () => {
   it('stores the outcome of a transactional route with its (in-memory) transaction', async () => {
     const first = await post('/v1/orders/transactional', 'order-3', { amount: 7 });
     expect(first.status).toBe(201);
-    expect(first.body).toMatchObject({ manager: 'none' });
+    expect(first.body).toMatchObject({ transaction: 'some' });
     const replay = await post('/v1/orders/transactional', 'order-3', { amount: 7 });
     expect(replay.headers['idempotent-replay']).toBe('true');
     expect(replay.text).toBe(first.text);
@@ -153,20 +148,45 @@ describe('an application on the in-memory store, without a database', () => {
     expect(runs).toBe(1);
   });
 
-  it('never connected its data source', () => {
-    expect(app.get<DataSource>(getDataSourceToken()).isInitialized).toBe(false);
+  it("warns at start-up, once, that its records are this process's alone", () => {
+    expect(logger.warnings.filter((line) => line.includes("records in this process's memory"))).toEqual([
+      expect.stringMatching(/not shared with the application's other instances .*IdempotencyPostgresModule/),
+    ]);
   });
 });
 
-describe('an application without any TypeORM data source', () => {
-  it('is refused at start-up even with the store overridden: the module still needs a data source object', async () => {
-    @Module({ imports: [IdempotencyModule.forRoot({ singleTenant: true })], controllers: [OrdersController] })
-    class NoDataSourceModule {}
-    const starting = Test.createTestingModule({ imports: [NoDataSourceModule] })
+describe('an application on the PostgreSQL store, with the in-memory store in its tests', () => {
+  it('starts and answers with IDEMPOTENCY_STORE overridden, on a data source that never connects', async () => {
+    @Module({
+      imports: [
+        // A data source that never connects (`manualInitialization`; port 1, where nothing listens).
+        TypeOrmModule.forRoot({ type: 'postgres', manualInitialization: true, host: '127.0.0.1', port: 1 }),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
+      ],
+      controllers: [OrdersController],
+    })
+    class PostgresAppModule {}
+    const moduleRef = await Test.createTestingModule({ imports: [PostgresAppModule] })
       .overrideProvider(IDEMPOTENCY_STORE)
       .useValue(new InMemoryIdempotencyStore())
+      .setLogger(new RecordingLogger())
       .compile();
-    await expect(starting).rejects.toThrow(IdempotencySetupError);
-    await expect(starting).rejects.toThrow(/default TypeORM data source, and the application has none/);
+    const overridden = moduleRef.createNestApplication({ rawBody: true, logger: false });
+    await overridden.init();
+    try {
+      const send = () =>
+        request(overridden.getHttpServer())
+          .post('/v1/orders/transactional')
+          .set('Idempotency-Key', 'o-1')
+          .send({ amount: 1 });
+      const first = await send();
+      expect(first.status).toBe(201);
+      const replay = await send();
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.text).toBe(first.text);
+      expect(overridden.get<DataSource>(getDataSourceToken()).isInitialized).toBe(false);
+    } finally {
+      await overridden.close();
+    }
   });
 });

@@ -36,7 +36,12 @@ import {
 } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Idempotent, IdempotencyModule } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { Gate, GateQueue } from '../support/gate.js';
 import {
   createPlatformApp,
@@ -124,7 +129,7 @@ class DocsExceptionFilter implements ExceptionFilter {
 class OrderController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly context: IdempotencyContext,
+    private readonly context: PostgresIdempotencyContext,
     private readonly adapterHost: HttpAdapterHost,
   ) {}
 
@@ -259,7 +264,12 @@ describe.each(PLATFORMS)('on %s', (platform) => {
           migrations: IdempotencyMigrations,
           migrationsRun: true,
         }),
-        IdempotencyModule.forRoot({ singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 }),
+        IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
+          singleTenant: true,
+          leaseSeconds: 1,
+          storeTimeoutSeconds: 2,
+        }),
       ],
       controllers: [OrderController],
       // Registered in the root module, these run outside the module's interceptor.

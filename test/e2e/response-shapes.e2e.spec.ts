@@ -19,7 +19,8 @@ import request from 'supertest';
 import { defer, from } from 'rxjs';
 import { request as httpRequest } from 'node:http';
 import pg from 'pg';
-import { IdempotencyMigrations, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Idempotent, IdempotencyModule } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { createPlatformApp, PLATFORMS, type PlatformRequest, type PlatformResponse } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { Gate } from '../support/gate.js';
@@ -209,6 +210,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
           migrationsRun: true,
         }),
         IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
           singleTenant: true,
           headerName: 'X-Idempotency-Key',
           replayHeaderName: 'Idempotent-Replayed',

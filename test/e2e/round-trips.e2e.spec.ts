@@ -3,13 +3,12 @@ import { Controller, type INestApplication, Post } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
+import { Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
 import {
   IdempotencyMigrations,
-  IdempotencyContext,
-  Idempotent,
-  IdempotencyModule,
-  sha256Fingerprint,
-} from '../../src/index.js';
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -20,7 +19,7 @@ let gate: Gate | undefined;
 
 @Controller('rt')
 class RoundTripController {
-  constructor(private readonly context: IdempotencyContext) {}
+  constructor(private readonly context: PostgresIdempotencyContext) {}
 
   /** No database work of its own: every round trip counted is the module's. */
   @Post('standard')
@@ -68,7 +67,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
           migrations: IdempotencyMigrations,
           migrationsRun: true,
         }),
-        IdempotencyModule.forRoot({ accountResolver: () => 'acct' }),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), accountResolver: () => 'acct' }),
       ],
       controllers: [RoundTripController],
     })

@@ -7,13 +7,14 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import express from 'express';
 import request from 'supertest';
 import {
+  type IdempotencyStore,
   Idempotent,
-  IdempotencyMigrations,
   IdempotencyModule,
   IdempotencyService,
   type IdempotencyModuleOptions,
   IdempotencySetupError,
 } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -83,8 +84,12 @@ const database = (name?: string) =>
 
 /** Compiles an application module with the module under `options` and the charges routes. */
 async function compile(options: IdempotencyModuleOptions & { dataSource?: string }, databaseName?: string) {
+  const { dataSource, ...moduleOptions } = options;
   return Test.createTestingModule({
-    imports: [database(databaseName), IdempotencyModule.forRoot(options)],
+    imports: [
+      database(databaseName),
+      IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot({ dataSource }), ...moduleOptions }),
+    ],
     controllers: [ChargesController],
   }).compile();
 }
@@ -296,7 +301,10 @@ describe('an application without idempotent routes', () => {
   /** Only IdempotencyService.execute() (a consumer, a job) in an application that also serves HTTP. */
   async function compileWithoutRoutes() {
     return Test.createTestingModule({
-      imports: [database(), IdempotencyModule.forRoot({ singleTenant: true })],
+      imports: [
+        database(),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
+      ],
     }).compile();
   }
 
@@ -352,11 +360,22 @@ describe('option values', () => {
   });
 });
 
-describe('the data source', () => {
+describe('the store and its data source', () => {
+  it('a module without `store` is refused, naming both stores', () => {
+    expect(() => IdempotencyModule.forRoot({ singleTenant: true })).toThrow(
+      /needs to be told where its records live: .*store: IdempotencyPostgresModule\.forRoot\(\).*new InMemoryIdempotencyStore\(\)/,
+    );
+  });
+
+  it('a `store` that is neither a store nor a module is refused', () => {
+    const store = { tableName: 'idempotency_records' } as unknown as IdempotencyStore;
+    expect(() => IdempotencyModule.forRoot({ singleTenant: true, store })).toThrow(/is neither a store nor a module/);
+  });
+
   it('a named data source without `dataSource` is refused with a hint at the option', async () => {
     await expectSetupError(
       compile({ singleTenant: true }, 'ledger'),
-      /on the default TypeORM data source, and the application has none: .*`IdempotencyModule\.forRoot\(\{ \.\.\., dataSource: '/,
+      /on the default TypeORM data source, and the application has none: .*`IdempotencyPostgresModule\.forRoot\(\{ dataSource: '/,
     );
   });
 

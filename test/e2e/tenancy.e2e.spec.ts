@@ -1,12 +1,12 @@
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
-  IdempotencyMigrations,
   IdempotencyModule,
   IdempotencySetupError,
   type IdempotencyModuleOptions,
   IdempotencyService,
 } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -27,8 +27,8 @@ type Registration = 'forRoot' | 'forRootAsync';
 async function start(options: IdempotencyModuleOptions, registration: Registration): Promise<void> {
   const idempotency =
     registration === 'forRoot'
-      ? IdempotencyModule.forRoot(options)
-      : IdempotencyModule.forRootAsync({ useFactory: async () => options });
+      ? IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), ...options })
+      : IdempotencyModule.forRootAsync({ store: IdempotencyPostgresModule.forRoot(), useFactory: async () => options });
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),

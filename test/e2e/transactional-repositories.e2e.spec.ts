@@ -4,13 +4,13 @@ import { Test } from '@nestjs/testing';
 import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
 import { Column, DataSource, Entity, PrimaryGeneratedColumn, Repository } from 'typeorm';
+import { Idempotent, IdempotencyModule } from '../../src/index.js';
 import {
+  type IdempotencyPostgresOptions,
   IdempotencyMigrations,
-  IdempotencyContext,
-  type IdempotencyModuleOptions,
-  Idempotent,
-  IdempotencyModule,
-} from '../../src/index.js';
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { type Gate, GateQueue } from '../support/gate.js';
 import { LedgerEntry } from '../support/ledger-entry.entity.js';
 import {
@@ -26,7 +26,7 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database.
 
 /**
  * Transactional runs with the services apps already have: repositories injected with `@InjectRepository()`,
- * `IdempotencyContext.getRepository()`, `dataSource.transaction()`, `@nestjs-cls/transactional`, and writes
+ * `PostgresIdempotencyContext.getRepository()`, `dataSource.transaction()`, `@nestjs-cls/transactional`, and writes
  * that go outside the run's transaction.
  */
 
@@ -61,7 +61,7 @@ class LedgerService {
 class LedgerController {
   constructor(
     private readonly ledger: LedgerService,
-    private readonly context: IdempotencyContext,
+    private readonly context: PostgresIdempotencyContext,
     @InjectDataSource() private readonly dataSource: DataSource,
   ) {}
 
@@ -73,7 +73,7 @@ class LedgerController {
     return this.afterWriting(req);
   }
 
-  /** Writes through `IdempotencyContext.getRepository()`. */
+  /** Writes through `PostgresIdempotencyContext.getRepository()`. */
   @Post('context-repository')
   @Idempotent({ transactional: true })
   async contextRepository(@Req() req: Request) {
@@ -155,7 +155,7 @@ afterAll(async () => {
  * An app on `platform` with these module options for the tests of the enclosing block, closed after them: one at a
  * time, as Nest's TypeORM module takes two default data sources in one process for a mistake.
  */
-function appWith(platform: Platform, options: IdempotencyModuleOptions): { url: string } {
+function appWith(platform: Platform, options: IdempotencyPostgresOptions): { url: string } {
   const started = { url: '' };
   let app: INestApplication | undefined;
   beforeAll(async () => {
@@ -169,7 +169,7 @@ function appWith(platform: Platform, options: IdempotencyModuleOptions): { url: 
           migrationsRun: true,
         }),
         TypeOrmModule.forFeature([LedgerEntry]),
-        IdempotencyModule.forRoot({ singleTenant: true, ...options }),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(options), singleTenant: true }),
       ],
       controllers: [LedgerController],
       providers: [LedgerService],
@@ -316,7 +316,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   describe('by default (enlistDataSource: false)', () => {
     const byDefault = appWith(platform, {});
 
-    it("runs IdempotencyContext.getRepository() in the run's transaction: rolled back with the handler, written once by the retry", async () => {
+    it("runs PostgresIdempotencyContext.getRepository() in the run's transaction: rolled back with the handler, written once by the retry", async () => {
       await expectWrittenOnceByTheRetry(byDefault.url, '/ledger/context-repository');
       expect(takeErrors()).toEqual([handlerFailure]);
     });

@@ -3,13 +3,16 @@ import type { INestApplicationContext } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import {
-  IdempotencyMigrations,
-  IdempotencyContext,
   IdempotencyKeyReuseError,
   IdempotencyModule,
   IdempotencyService,
   RequestInProgressError,
 } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -25,7 +28,10 @@ beforeAll(async () => {
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ accountResolver: () => 'unused for operations' }),
+      IdempotencyModule.forRoot({
+        store: IdempotencyPostgresModule.forRoot(),
+        accountResolver: () => 'unused for operations',
+      }),
     ],
   })
     .setLogger(logger)
@@ -124,7 +130,9 @@ describe('IdempotencyService.execute', () => {
     const failing = service.execute(
       payout(key),
       async () => {
-        await context.get(IdempotencyContext).manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
+        await context
+          .get(PostgresIdempotencyContext)
+          .manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
         throw new Error('the bank said no');
       },
       { transactional: true },
@@ -134,7 +142,9 @@ describe('IdempotencyService.execute', () => {
     const retried = await service.execute(
       payout(key),
       async () => {
-        await context.get(IdempotencyContext).manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
+        await context
+          .get(PostgresIdempotencyContext)
+          .manager!.query('INSERT INTO payouts_made (key) VALUES ($1)', [key]);
         return 'paid';
       },
       { transactional: true },
@@ -143,9 +153,9 @@ describe('IdempotencyService.execute', () => {
     await expect(db.query('SELECT * FROM payouts_made WHERE key = $1', [key])).resolves.toEqual([{ key }]);
   });
 
-  it('shows the work its run through IdempotencyContext', async () => {
+  it('shows the work its run through PostgresIdempotencyContext', async () => {
     const key = randomUUID();
-    const idempotency = context.get(IdempotencyContext);
+    const idempotency = context.get(PostgresIdempotencyContext);
     const { result } = await service.execute(payout(key), async (run) => ({
       sameRun: idempotency.run === run,
       key: idempotency.run?.key,
@@ -161,7 +171,11 @@ describe('the replay cache', () => {
     const uncachedRef = await Test.createTestingModule({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        IdempotencyModule.forRoot({ accountResolver: () => 'unused', replayCache: false }),
+        IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot(),
+          accountResolver: () => 'unused',
+          replayCache: false,
+        }),
       ],
     })
       .setLogger(logger)

@@ -6,15 +6,18 @@ import { DataSource } from 'typeorm';
 import {
   type ClaimResult,
   type ClaimTiming,
-  IdempotencyMigrations,
   IDEMPOTENCY_STORE,
   IdempotencyModule,
   IdempotencyService,
   IdempotencyShuttingDownError,
-  PostgresIdempotencyStore,
   type IdempotencyScope,
-  type PostgresStoreTransaction,
 } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyPostgresModule,
+  PostgresIdempotencyStore,
+  type PostgresStoreTransaction,
+} from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -54,7 +57,7 @@ beforeAll(async () => {
   const moduleRef = await Test.createTestingModule({
     imports: [
       TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ singleTenant: true }),
+      IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
     ],
   })
     .overrideProvider(IDEMPOTENCY_STORE)
@@ -99,7 +102,7 @@ describe('shutdown while an attempt waits for its transaction', () => {
     const moduleRef = await Test.createTestingModule({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        IdempotencyModule.forRoot({ singleTenant: true }),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
       ],
     })
       .overrideProvider(IDEMPOTENCY_STORE)

@@ -1,14 +1,13 @@
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
+import { type IdempotencyScope, type StoredResponse } from '../../src/index.js';
 import {
-  idempotencyMigrations,
   IdempotencyMigrations,
-  type IdempotencyScope,
   IdempotencyRecord,
   PostgresIdempotencyStore,
-  type StoredResponse,
-} from '../../src/index.js';
+  idempotencyMigrations,
+} from '../../src/postgres/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { DataSource } from 'typeorm';
-import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/index.js';
+import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 const EXPIRED = 1_000_000;

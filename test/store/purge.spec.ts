@@ -1,12 +1,8 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import {
-  IdempotencyMigrations,
-  IdempotencyModule,
-  type IdempotencyModuleOptions,
-  IdempotencyService,
-} from '../../src/index.js';
+import { IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -32,7 +28,7 @@ async function startModule(options: IdempotencyModuleOptions): Promise<Idempoten
         migrationsRun: true,
       }),
       IdempotencyModule.forRootAsync({
-        dataSource: 'records',
+        store: IdempotencyPostgresModule.forRoot({ dataSource: 'records' }),
         imports: [SettingsModule],
         inject: [PURGE_SETTINGS],
         useFactory: (settings: IdempotencyModuleOptions) => ({ accountResolver: () => 'acct', ...settings }),

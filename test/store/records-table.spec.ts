@@ -2,13 +2,13 @@ import { randomUUID } from 'node:crypto';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, type MigrationInterface } from 'typeorm';
+import { IDEMPOTENCY_STORE, IdempotencyModule } from '../../src/index.js';
 import {
-  IDEMPOTENCY_STORE,
   IdempotencyMigrations,
-  IdempotencyModule,
+  IdempotencyPostgresModule,
   IdempotencyRecord,
   PostgresIdempotencyStore,
-} from '../../src/index.js';
+} from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -141,7 +141,7 @@ describe('the check at start-up', () => {
     const moduleRef = await Test.createTestingModule({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        IdempotencyModule.forRoot({ singleTenant: true, tableName }),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot({ tableName }), singleTenant: true }),
       ],
     }).compile();
     try {
@@ -244,7 +244,7 @@ describe('the check at start-up', () => {
             return dataSource;
           },
         }),
-        IdempotencyModule.forRoot({ singleTenant: true }),
+        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
       ],
     })
       .setLogger(logger)

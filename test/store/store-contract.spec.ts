@@ -1,6 +1,7 @@
 import { DataSource } from 'typeorm';
-import { InMemoryIdempotencyStore, IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/index.js';
-import { describeIdempotencyStoreContract } from '../../src/testing.js';
+import { InMemoryIdempotencyStore } from '../../src/index.js';
+import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
+import { describeIdempotencyStoreContract } from '../../src/testing/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 // The contract every store passes, run against ours through the exported kit: PostgreSQL (real time, short leases),

@@ -5,7 +5,12 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import { ClsPluginTransactional, Transactional, TransactionHost } from '@nestjs-cls/transactional';
 import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-typeorm';
 import { ClsModule } from 'nestjs-cls';
-import { IdempotencyMigrations, IdempotencyContext, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Idempotent, IdempotencyModule } from '../../src/index.js';
+import {
+  IdempotencyMigrations,
+  IdempotencyPostgresModule,
+  PostgresIdempotencyContext,
+} from '../../src/postgres/index.js';
 import { LedgerEntry } from './ledger-entry.entity.js';
 
 /**
@@ -35,7 +40,7 @@ class ClsLedgerService {
 class ClsLedgerController {
   constructor(
     private readonly ledger: ClsLedgerService,
-    private readonly context: IdempotencyContext,
+    private readonly context: PostgresIdempotencyContext,
   ) {}
 
   @Post('tx')
@@ -65,7 +70,10 @@ class ClsLedgerController {
       migrations: IdempotencyMigrations,
       migrationsRun: true,
     }),
-    IdempotencyModule.forRoot({ singleTenant: true, enlistDataSource: true, onTransactionEscape: 'throw' }),
+    IdempotencyModule.forRoot({
+      store: IdempotencyPostgresModule.forRoot({ enlistDataSource: true, onTransactionEscape: 'throw' }),
+      singleTenant: true,
+    }),
     ClsModule.forRoot({
       global: true,
       middleware: { mount: true },

@@ -1,11 +1,5 @@
 import { Idempotent, isFinalStatusByDefault, sha256Fingerprint } from '../../src/index.js';
-import {
-  checkTenancy,
-  resolvePolicy,
-  resolveDataSourceSettings,
-  resolvePurgeSettings,
-  resolveTableName,
-} from '../../src/protocol/idempotency-policy.js';
+import { checkTenancy, resolvePolicy, resolvePurgeSettings } from '../../src/protocol/idempotency-policy.js';
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {
@@ -102,23 +96,6 @@ describe('resolvePurgeSettings', () => {
   });
 });
 
-describe('resolveDataSourceSettings', () => {
-  it('defaults to the data source left alone and escaping writes logged', () => {
-    expect(resolveDataSourceSettings({})).toEqual({ enlist: false, onEscape: 'log' });
-  });
-
-  // Review of issue #10: `enlistDataSource: 'false'` (from the environment) turns enlistment on.
-  it('refuses an enlistDataSource that is not a boolean, saying what it got', () => {
-    expect(() => resolveDataSourceSettings({ enlistDataSource: 'false' as unknown as boolean })).toThrow(
-      /enlistDataSource.*got the string "false"/,
-    );
-  });
-
-  it('refuses an unknown way to handle escaping writes', () => {
-    expect(() => resolveDataSourceSettings({ onTransactionEscape: 'warn' as 'log' })).toThrow(/onTransactionEscape/);
-  });
-});
-
 describe('isFinalStatusByDefault', () => {
   it.each([200, 201, 204, 302, 401, 402, 403, 404, 409, 410, 413, 422])('stores %i', (status) => {
     expect(isFinalStatusByDefault(status)).toBe(true);
@@ -130,13 +107,6 @@ describe('isFinalStatusByDefault', () => {
 });
 
 describe('the module-only options that are not numbers', () => {
-  it('refuses a tableName that is not a non-empty string', () => {
-    expect(resolveTableName({})).toBe('idempotency_records');
-    expect(() => resolveTableName({ tableName: 5 as unknown as string })).toThrow(
-      /tableName must be a non-empty string, got the number 5/,
-    );
-  });
-
   it('refuses a singleTenant that is not a boolean, before reading it as a yes', () => {
     expect(() => checkTenancy({ singleTenant: 'false' as unknown as boolean })).toThrow(
       /singleTenant must be true or false, got the string "false"/,

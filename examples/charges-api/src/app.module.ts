@@ -1,7 +1,8 @@
 import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TypeOrmModule } from '@nestjs/typeorm';
-import { IdempotencyMigrations, IdempotencyModule } from 'nest-idempotency';
+import { IdempotencyModule } from 'nest-idempotency';
+import { IdempotencyMigrations, IdempotencyPostgresModule } from 'nest-idempotency/postgres';
 import type { AccountRequest } from './account.guard.js';
 import { Charge } from './charge.entity.js';
 import { ChargesController } from './charges.controller.js';
@@ -25,17 +26,17 @@ import { PaymentProvider } from './payment-provider.js';
     }),
     TypeOrmModule.forFeature([Charge]),
     IdempotencyModule.forRootAsync({
+      // The records live on the TypeORM data source above; the handler's writes join the run's transaction
+      // (enlistDataSource: repositories injected with @InjectRepository() included), and a write that would escape it
+      // fails instead of committing on its own.
+      store: IdempotencyPostgresModule.forRoot({ enlistDataSource: true, onTransactionEscape: 'throw' }),
       imports: [ConfigModule],
       inject: [ConfigService],
       useFactory: (config: ConfigService) => ({
         // Keys are scoped by the account AccountGuard authenticated (the resolver runs after guards).
         accountResolver: (context) => context.switchToHttp().getRequest<AccountRequest>().account,
-        // The handler's writes and its stored response commit together, or not at all...
+        // The handler's writes and its stored response commit together, or not at all.
         transactional: true,
-        // ...including those made through repositories injected with @InjectRepository().
-        enlistDataSource: true,
-        // A write that would escape the run's transaction fails instead of committing on its own.
-        onTransactionEscape: 'throw',
         ttlSeconds: Number(config.get('IDEMPOTENCY_TTL_SECONDS', 86_400)),
         // 'conflict' (409 while a key is in progress) or 'wait' (wait for the first attempt's outcome).
         inFlight: inFlightMode(config.get<string>('IDEMPOTENCY_IN_FLIGHT', 'conflict')),

@@ -1,5 +1,5 @@
 import type { MigrationInterface } from 'typeorm';
-import { DEFAULT_TABLE_NAME } from '../../protocol/idempotency-policy.js';
+import { DEFAULT_TABLE_NAME } from '../postgres-options.js';
 import { recordsTable } from './records-table.js';
 import { createRecordsMigration } from './v0.1.0-create-records.js';
 import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js';

@@ -1,4 +1,4 @@
-import { DEFAULT_TABLE_NAME } from '../../protocol/idempotency-policy.js';
+import { DEFAULT_TABLE_NAME } from '../postgres-options.js';
 import { quoteTableName } from '../postgres-identifiers.js';
 
 /** The names one table's migrations are written with. */

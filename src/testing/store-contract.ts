@@ -8,7 +8,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
-} from './idempotency-store.interface.js';
+} from '../protocol/idempotency-store.interface.js';
 
 /** A store for one case of the contract, made fresh by the factory given to `describeIdempotencyStoreContract`. */
 export interface StoreUnderTest {

@@ -5,4 +5,4 @@ export {
   describeIdempotencyStoreContract,
   type StoreContractOptions,
   type StoreUnderTest,
-} from './protocol/store-contract.js';
+} from './store-contract.js';

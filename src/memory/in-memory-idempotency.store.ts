@@ -7,7 +7,7 @@ import type {
   IdempotencyStore,
   StoredResponse,
   StoreTransaction,
-} from './idempotency-store.interface.js';
+} from '../protocol/idempotency-store.interface.js';
 
 export interface InMemoryIdempotencyStoreOptions {
   /**
@@ -54,6 +54,7 @@ const UUID = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$
  * release, completion or takeover of that record waits for it (a claim that finds the record held does not).
  */
 export class InMemoryIdempotencyStore implements IdempotencyStore {
+  readonly processLocal = true;
   private readonly now: () => number;
   private readonly records = new Map<string, MemoryRecord>();
   private readonly locks = new Map<string, RowLock>();

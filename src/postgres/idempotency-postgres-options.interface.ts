@@ -1,0 +1,25 @@
+/** Options of `IdempotencyPostgresModule.forRoot()`: where the records live, and how the data source meets runs. */
+export interface IdempotencyPostgresOptions {
+  /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
+  tableName?: string;
+  /**
+   * Inside a transactional run, the data source's own entity manager runs in the run's transaction, and so does
+   * every repository made from it: `@InjectRepository()`, `@InjectEntityManager()`, `dataSource.manager`,
+   * `dataSource.getRepository()` (and `dataSource.transaction()` becomes a savepoint of the run's). Outside
+   * transactional runs, and in other requests, nothing changes. Default: `false`.
+   */
+  enlistDataSource?: boolean;
+  /**
+   * What happens when an entity is inserted, updated or removed through a connection of the data source other
+   * than the transaction of the transactional run it belongs to (the write commits on its own, whatever the
+   * run's outcome): `'log'` logs an error naming the entity and the route, `'throw'` fails the write with a
+   * `TransactionEscapeError` (for tests and strict apps), `'ignore'` does nothing. Raw SQL is not seen. Default: `'log'`.
+   */
+  onTransactionEscape?: 'log' | 'throw' | 'ignore';
+}
+
+/** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */
+export interface IdempotencyPostgresModuleExtras {
+  /** Name of the TypeORM data source holding the records. Default: the default data source. */
+  dataSource?: string;
+}

@@ -1,0 +1,47 @@
+import { type DynamicModule, Module } from '@nestjs/common';
+import type { DataSource } from 'typeorm';
+import { IDEMPOTENCY_STORE } from '../protocol/idempotency.tokens.js';
+import type {
+  IdempotencyPostgresModuleExtras,
+  IdempotencyPostgresOptions,
+} from './idempotency-postgres-options.interface.js';
+import { ConfigurableIdempotencyPostgresModule } from './idempotency-postgres.module-definition.js';
+import { PostgresIdempotencyContext } from './postgres-idempotency-context.js';
+import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+import { type PostgresSettings, resolvePostgresSettings } from './postgres-options.js';
+import {
+  IDEMPOTENCY_DATA_SOURCE,
+  IDEMPOTENCY_POSTGRES_OPTIONS,
+  IDEMPOTENCY_POSTGRES_SETTINGS,
+} from './postgres.tokens.js';
+import { RunTransactionBinding } from './run-transaction-binding.js';
+
+/**
+ * The PostgreSQL store, for `IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), ... })`: keeps
+ * the records on the application's TypeORM data source (the default one, or the one named by `dataSource`), binds
+ * that data source to the transactions of transactional runs, and gives handlers `PostgresIdempotencyContext`.
+ */
+@Module({
+  providers: [
+    {
+      provide: IDEMPOTENCY_POSTGRES_SETTINGS,
+      inject: [IDEMPOTENCY_POSTGRES_OPTIONS],
+      useFactory: (options: IdempotencyPostgresOptions) => resolvePostgresSettings(options),
+    },
+    {
+      provide: IDEMPOTENCY_STORE,
+      inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_POSTGRES_SETTINGS],
+      useFactory: (dataSource: DataSource, settings: PostgresSettings) =>
+        new PostgresIdempotencyStore(dataSource, settings.tableName),
+    },
+    RunTransactionBinding,
+    PostgresIdempotencyContext,
+  ],
+  exports: [IDEMPOTENCY_STORE, PostgresIdempotencyContext],
+})
+export class IdempotencyPostgresModule extends ConfigurableIdempotencyPostgresModule {
+  /** Every option has a default: `forRoot()` keeps the records in `idempotency_records` on the default data source. */
+  static forRoot(options: IdempotencyPostgresOptions & IdempotencyPostgresModuleExtras = {}): DynamicModule {
+    return super.forRoot(options);
+  }
+}
