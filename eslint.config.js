@@ -1,5 +1,5 @@
 // ESLint (flat config): typescript-eslint's recommended rules, type-aware where a tsconfig covers the file, and the
-// rooms of src/ (README, "Layout") kept by a rule of this file, `rooms/imports`. eslint-config-prettier comes last:
+// rooms of src/ (docs/layout.md) kept by a rule of this file, `rooms/imports`. eslint-config-prettier comes last:
 // formatting is Prettier's (`prettier --check .` runs beside ESLint in `npm run lint`).
 import { builtinModules } from 'node:module';
 import path from 'node:path';
@@ -27,7 +27,7 @@ const HTTP_PLATFORM = ['express', 'fastify', '@fastify/', '@nestjs/platform-'];
 const DATABASE = ['typeorm', '@nestjs/typeorm', 'pg'];
 const NODE = ['node:', ...builtinModules];
 
-// README, "Layout": the rooms of src/ each file may import, and the packages it must not. `packages` is a list of
+// docs/layout.md: the rooms of src/ each file may import, and the packages it must not. `packages` is a list of
 // [what, prefixes] ('x' matches 'x' and 'x/…', a prefix ending in '/' or '-' matches what starts with it); a room
 // with `noPackages` imports no package at all (it ships to browsers with no dependencies), and `what` then says
 // which kind of package was imported. Files of src/ never import outside src/, nor the package by its own name.
@@ -94,7 +94,7 @@ const matches = (specifier, prefix) =>
 const roomsRule = {
   meta: {
     type: 'problem',
-    docs: { description: "Keeps the rooms of src/ (README, 'Layout'): what each room may import" },
+    docs: { description: 'Keeps the rooms of src/ (docs/layout.md): what each room may import' },
     schema: [],
   },
   create(context) {
@@ -103,7 +103,7 @@ const roomsRule = {
     const room = ROOMS[from];
     const who = from === 'root' ? 'src/' : `src/${from}`;
     if (room === undefined) {
-      const message = `${who} is not a room of README's "Layout": add it there and to ROOMS in eslint.config.js`;
+      const message = `${who} is not a room of docs/layout.md: add it there and to ROOMS in eslint.config.js`;
       return { Program: (node) => context.report({ node, message }) };
     }
 

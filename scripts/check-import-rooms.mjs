@@ -1,4 +1,4 @@
-// Proves that eslint.config.js still keeps the rooms of src/ (README, "Layout"): lints imports that break the table,
+// Proves that eslint.config.js still keeps the rooms of src/ (docs/layout.md): lints imports that break the table,
 // and some the table allows, as if they were written in files of each room, and fails unless exactly the first are
 // refused. Part of `npm run lint`; no type information is needed, so it takes a second.
 import { ESLint } from 'eslint';
@@ -87,6 +87,4 @@ if (failures.length > 0) {
   console.error(`${RULE} does not keep the rooms of src/:\n${failures.join('\n')}`);
   process.exit(1);
 }
-console.log(
-  `${RULE}: ${CASES.length * FORMS.length} imports checked, each refused or allowed as README's "Layout" says`,
-);
+console.log(`${RULE}: ${CASES.length * FORMS.length} imports checked, each refused or allowed as docs/layout.md says`);
