@@ -49,6 +49,11 @@ import { Module } from '@nestjs/common';
 @Module({})
 export class AppModule {}
 `,
+  'charges.controller.ts': `
+import { Controller } from '@nestjs/common';
+@Controller('v1/charges')
+export class ChargesController {}
+`,
   'charge.entity.ts': `
 export declare class Charge {
   id: string;
@@ -226,8 +231,9 @@ try {
   for (const key of ['rootDir', 'outDir', 'sourceMap', 'declaration']) delete compilerOptions[key];
   const paths = {
     'nest-idempotency': [join(root, 'src/index.ts')],
+    'nest-idempotency/postgres': [join(root, 'src/postgres/index.ts')],
     'nest-idempotency/client': [join(root, 'src/client/index.ts')],
-    'nest-idempotency/testing': [join(root, 'src/testing.ts')],
+    'nest-idempotency/testing': [join(root, 'src/testing/index.ts')],
   };
   if (!existsSync(join(root, 'node_modules/@nestjs/config'))) {
     writeFileSync(join(folder, 'nestjs-config.d.ts'), NESTJS_CONFIG_STUB.trimStart());

@@ -15,7 +15,7 @@ export interface IdempotencyModuleExtras {
   /** Register the module globally. Default: `true`. */
   isGlobal?: boolean;
   /** Where the records live. Required: there is no default, so that no application keeps them where it did not mean to. */
-  store?: IdempotencyStoreChoice;
+  store: IdempotencyStoreChoice;
 }
 
 const MISSING_STORE =
@@ -28,7 +28,8 @@ const MISSING_STORE =
 export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
   new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ optionsInjectionToken: IDEMPOTENCY_MODULE_OPTIONS })
     .setClassMethodName('forRoot')
-    .setExtras<IdempotencyModuleExtras>({ isGlobal: true }, (definition, { isGlobal, store }) => {
+    // `store` has no default; a JavaScript caller that leaves it out is refused below.
+    .setExtras<Partial<IdempotencyModuleExtras>>({ isGlobal: true }, (definition, { isGlobal, store }) => {
       if (store === undefined) throw new IdempotencySetupError(MISSING_STORE);
       const storeModule = isStoreModule(store);
       return {

@@ -1,11 +1,12 @@
-import { Module } from '@nestjs/common';
+import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
 import { HttpPlatformCheck } from './http/http-platform-check.js';
 import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
-import { ConfigurableIdempotencyModule } from './idempotency.module-definition.js';
+import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
+import type { IdempotencyModuleOptions } from './protocol/idempotency-options.interface.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
 
 /**
@@ -23,4 +24,15 @@ import { IdempotencyService } from './protocol/idempotency.service.js';
   ],
   exports: [IdempotencyService, IdempotencyContext],
 })
-export class IdempotencyModule extends ConfigurableIdempotencyModule {}
+export class IdempotencyModule {
+  // The builder's methods, typed so that the compiler asks for `store` (which has no default), on this module.
+  static forRoot(options: IdempotencyModuleOptions & IdempotencyModuleExtras): DynamicModule {
+    return ConfigurableIdempotencyModule.forRoot.call(IdempotencyModule, options);
+  }
+
+  static forRootAsync(
+    options: ConfigurableModuleAsyncOptions<IdempotencyModuleOptions> & IdempotencyModuleExtras,
+  ): DynamicModule {
+    return ConfigurableIdempotencyModule.forRootAsync.call(IdempotencyModule, options);
+  }
+}

@@ -63,7 +63,7 @@ export class TransactionEscapeSubscriber implements EntitySubscriberInterface {
     const message =
       `${write} of ${event.metadata.name} during the transactional run of key ${JSON.stringify(run.key)} of ` +
       `${run.scope.endpoint} went outside its transaction: it commits on its own, whatever the run's outcome. ` +
-      'Write through IdempotencyContext.manager or IdempotencyContext.getRepository(), or set enlistDataSource: ' +
+      'Write through PostgresIdempotencyContext.manager or PostgresIdempotencyContext.getRepository(), or set enlistDataSource: ' +
       'true for injected repositories.';
     if (this.onEscape === 'throw') throw new TransactionEscapeError(message);
     this.logger.error(message);

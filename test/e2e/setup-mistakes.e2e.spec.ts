@@ -361,8 +361,9 @@ describe('option values', () => {
 });
 
 describe('the store and its data source', () => {
-  it('a module without `store` is refused, naming both stores', () => {
-    expect(() => IdempotencyModule.forRoot({ singleTenant: true })).toThrow(
+  it('a module without `store` is refused, naming both stores (the compiler asks for it; JavaScript may not)', () => {
+    const withoutStore = { singleTenant: true } as Parameters<typeof IdempotencyModule.forRoot>[0];
+    expect(() => IdempotencyModule.forRoot(withoutStore)).toThrow(
       /needs to be told where its records live: .*store: IdempotencyPostgresModule\.forRoot\(\).*new InMemoryIdempotencyStore\(\)/,
     );
   });
