@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { Idempotent, IdempotencyModule, jsonFieldsFingerprint } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
+import { Idempotent, jsonFieldsFingerprint } from '../../src/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { startTestApp } from '../support/test-app.js';
 
 /** Every route answers with how many times its handler ran, so a replay shows the first run's number. */
 @Controller('orders')
@@ -52,22 +50,12 @@ const logger = new RecordingLogger();
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({
-        store: IdempotencyPostgresModule.forRoot(),
-        singleTenant: true,
-        fingerprint: jsonFieldsFingerprint({ exclude: ['traceId'] }),
-      }),
-    ],
+  ({ app, url } = await startTestApp({
+    database: db,
+    idempotency: { singleTenant: true, fingerprint: jsonFieldsFingerprint({ exclude: ['traceId'] }) },
     controllers: [OrdersController],
-  })
-    .setLogger(logger)
-    .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
-  await app.listen(0, '127.0.0.1');
-  url = await app.getUrl();
+    logger,
+  }));
   controller = app.get(OrdersController);
 });
 
