@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import request from 'supertest';
 import { Idempotent, jsonFieldsFingerprint } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { createTestDatabase, recordCountOf, type TestDatabase } from '../support/test-database.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp } from '../support/test-app.js';
 
@@ -78,12 +78,7 @@ const send = (route: string, key: string, body: string | object, contentType = '
     .set('Content-Type', contentType)
     .send(typeof body === 'string' ? body : JSON.stringify(body));
 
-const recordCount = async (key: string) =>
-  (
-    await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [
-      key,
-    ])
-  )[0].n;
+const recordCount = (key: string) => recordCountOf(db, key);
 
 describe('a route fingerprinted on chosen JSON fields', () => {
   it('replays a retry whose excluded field changed (and whose keys moved): the handler ran once', async () => {

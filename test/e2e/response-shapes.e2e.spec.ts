@@ -19,7 +19,7 @@ import { request as httpRequest } from 'node:http';
 import pg from 'pg';
 import { Idempotent } from '../../src/index.js';
 import { PLATFORMS, type PlatformRequest, type PlatformResponse } from '../support/platforms.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { createTestDatabase, recordCountOf, type TestDatabase } from '../support/test-database.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp } from '../support/test-app.js';
@@ -223,12 +223,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 
   const send = (method: 'post' | 'put' | 'delete', path: string, key: string) =>
     request(url)[method](`/shapes/${path}`).set('X-Idempotency-Key', key).send({ n: 1 });
-  const recordCount = async (key: string) =>
-    (
-      await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [
-        key,
-      ])
-    )[0].n;
+  const recordCount = (key: string) => recordCountOf(db, key);
 
   describe('responses that are stored and replayed exactly', () => {
     it('@HttpCode and @Header: the status and the headers replay', async () => {
