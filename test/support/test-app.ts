@@ -53,7 +53,7 @@ export interface OnPostgres {
   store?: never;
 }
 
-/** The records in memory: no database, no TypeORM. */
+/** The records in memory: no database, no TypeORM module. */
 export interface InMemory {
   database: 'memory';
   /** The store, to drive its clock or read it. Default: a new `InMemoryIdempotencyStore`. */
@@ -85,7 +85,7 @@ export type TestModuleOptions = (OnPostgres | InMemory) &
 export interface TestAppOptions {
   /** Default: Express. */
   platform?: Platform;
-  /** More options of the application; `rawBody: true` and the logger are set. */
+  /** More options of the application, over `{ rawBody: true, logger }`. */
   appOptions?: NestApplicationOptions;
   /** Fastify's own options (`handlerTimeout`), on Fastify. */
   fastify?: ConstructorParameters<typeof FastifyAdapter>[0];
