@@ -1,34 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import { Controller, type INestApplication, Post, Req } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
+import { getDataSourceToken } from '@nestjs/typeorm';
 import type pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
-import {
-  IDEMPOTENCY_STORE,
-  type IdempotencyClaim,
-  type IdempotencyModuleOptions,
-  IdempotencyModule,
-  Idempotent,
-} from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyStore,
-} from '../../src/postgres/index.js';
+import { type IdempotencyClaim, type IdempotencyModuleOptions, Idempotent } from '../../src/index.js';
+import { PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
-import {
-  createPlatformApp,
-  headerOf,
-  type Platform,
-  PLATFORMS,
-  type PlatformRequest as Request,
-} from '../support/platforms.js';
+import { headerOf, type Platform, PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 /** The gate every gated handler waits at; `entered` counts the handlers that reached it. */
@@ -108,33 +92,18 @@ async function startApp(
   options: IdempotencyModuleOptions,
   Store = PostgresIdempotencyStore,
 ) {
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({
-        type: 'postgres',
-        url: db.url,
-        migrations: IdempotencyMigrations,
-        migrationsRun: true,
-        extra: { max: poolSize },
-      }),
-      IdempotencyModule.forRoot({
-        store: IdempotencyPostgresModule.forRoot(),
-        accountResolver: (context) => headerOf(context.switchToHttp().getRequest<Request>(), 'x-account') ?? 'acct',
-        ...options,
-      }),
-    ],
+  ({ app, url } = await startTestApp({
+    platform,
+    database: db,
+    pool: { max: poolSize },
+    overrideStore: (dataSource) => new Store(dataSource, 'idempotency_records'),
+    idempotency: {
+      accountResolver: (context) => headerOf(context.switchToHttp().getRequest<Request>(), 'x-account') ?? 'acct',
+      ...options,
+    },
     controllers: [BoundedController],
-  })
-    .overrideProvider(IDEMPOTENCY_STORE)
-    .useFactory({
-      factory: (dataSource: DataSource) => new Store(dataSource, 'idempotency_records'),
-      inject: [getDataSourceToken()],
-    })
-    .setLogger(logger)
-    .compile();
-  app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-  await app.listen(0, '127.0.0.1');
-  url = await app.getUrl();
+    logger,
+  }));
   return app;
 }
 

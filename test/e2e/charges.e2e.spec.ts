@@ -441,6 +441,10 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   });
 
   describe('TTL', () => {
+    /** The sample app with records kept for a second (the test closes it). */
+    const startShortLived = () =>
+      startSampleApp({ databaseUrl: db.url, ttlSeconds: 1, platform }, { paymentProvider: provider });
+
     it('keeps a record for the configured TTL from completion', async () => {
       const key = randomUUID();
       const first = await postCharge(app.url, charge, key).expect(201);
@@ -453,10 +457,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     });
 
     it('counts from completion: a transactional run that outlasts the TTL is replayed to an immediate retry', async () => {
-      const shortLived = await startSampleApp(
-        { databaseUrl: db.url, ttlSeconds: 1, platform },
-        { paymentProvider: provider },
-      );
+      const shortLived = await startShortLived();
       try {
         const key = randomUUID();
         const held = provider.holdNextCharge();
@@ -487,10 +488,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     });
 
     it('replays (from memory too) only until the record expires, then runs the handler again', async () => {
-      const shortLived = await startSampleApp(
-        { databaseUrl: db.url, ttlSeconds: 1, platform },
-        { paymentProvider: provider },
-      );
+      const shortLived = await startShortLived();
       try {
         const key = randomUUID();
         const first = await postCharge(shortLived.url, charge, key).expect(201);

@@ -18,21 +18,15 @@ import {
   StreamableFile,
   UseInterceptors,
 } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import { catchError, from, map, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyModule } from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyContext,
-} from '../../src/postgres/index.js';
+import { Idempotent } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import {
-  createPlatformApp,
   headerOf,
   PLATFORMS,
   type PlatformRequest as Request,
@@ -41,6 +35,7 @@ import {
 } from '../support/platforms.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
@@ -320,24 +315,12 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   beforeAll(async () => {
     // Each platform's app starts from the same balance (the hung handler's test takes one from it).
     await db.query('INSERT INTO balances VALUES (1, 100) ON CONFLICT (id) DO UPDATE SET amount = 100');
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: proxy.urlFor(db.url),
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-          extra: { connectionTimeoutMillis: 1000 },
-        }),
-        // A short lease: a claim that is not renewed while its handler runs lapses within the test.
-        IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
-          accountResolver: () => 'acct',
-          leaseSeconds: 0.6,
-          storeTimeoutSeconds: 2,
-          finalizeRetries: 3,
-        }),
-      ],
+    ({ app, url } = await startTestApp({
+      platform,
+      database: { url: proxy.urlFor(db.url) },
+      pool: { connectionTimeoutMillis: 1000 },
+      // A short lease: a claim that is not renewed while its handler runs lapses within the test.
+      idempotency: { accountResolver: () => 'acct', leaseSeconds: 0.6, storeTimeoutSeconds: 2, finalizeRetries: 3 },
       controllers: [
         WorkController,
         OwnAnswerController,
@@ -346,14 +329,10 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         FlushesController,
       ],
       providers: [GatedPipe],
-    })
-      .setLogger(logger)
-      .compile();
-    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-    // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
-    app.useGlobalInterceptors(new TransformInterceptor(), new GlobalTimeout());
-    await app.listen(0, '127.0.0.1');
-    url = await app.getUrl();
+      logger,
+      // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
+      configure: (app) => app.useGlobalInterceptors(new TransformInterceptor(), new GlobalTimeout()),
+    }));
   });
 
   afterAll(async () => {
@@ -638,34 +617,24 @@ describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify 
   const accountGates = new GateQueue();
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: db.url,
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-        }),
-        IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
-          accountResolver: async () => {
-            await accountGates.pass();
-            return 'acct';
-          },
-          leaseSeconds: 0.6,
-          storeTimeoutSeconds: 2,
-          inFlight: 'wait',
-          inFlightWaitSeconds: 3,
-        }),
-      ],
+    ({ app, url } = await startTestApp({
+      platform: 'fastify',
+      fastify: { handlerTimeout: 300 },
+      database: db,
+      idempotency: {
+        accountResolver: async () => {
+          await accountGates.pass();
+          return 'acct';
+        },
+        leaseSeconds: 0.6,
+        storeTimeoutSeconds: 2,
+        inFlight: 'wait',
+        inFlightWaitSeconds: 3,
+      },
       controllers: [WorkController],
       providers: [GatedPipe],
-    })
-      .setLogger(logger)
-      .compile();
-    app = createPlatformApp(moduleRef, 'fastify', { rawBody: true, logger }, { handlerTimeout: 300 });
-    await app.listen(0, '127.0.0.1');
-    url = await app.getUrl();
+      logger,
+    }));
   });
 
   afterAll(async () => {

@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { type HeldLock, holdLock } from '../support/hold-lock.js';
+import { type HeldLock, holdLock, waitingForLock } from '../support/hold-lock.js';
 import { PLATFORMS, postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -114,14 +114,6 @@ afterAll(async () => {
   await db?.drop();
 });
 
-const waitingOn = (queryStart: string) => async () =>
-  (
-    await db.query(
-      `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
-      [`${queryStart}%`],
-    )
-  )[0];
-
 async function heldFor(account: string, key: string): Promise<Held> {
   const [row] = await db.query<Held>(
     `SELECT (SELECT count(*)::int FROM charges WHERE account = $1) AS charges,
@@ -186,10 +178,10 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
         )[0];
       await waitFor(recordExists, 'the claim');
       if (step === 'after the provider charged') {
-        await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
+        await waitFor(waitingForLock(db, 'INSERT INTO "charges"%'), 'the charge insert to wait');
       }
       if (step === 'during the finalize') {
-        await waitFor(waitingOn('INSERT INTO "charges"'), 'the charge insert to wait');
+        await waitFor(waitingForLock(db, 'INSERT INTO "charges"%'), 'the charge insert to wait');
         locks.push(
           await holdLock(
             db.url,
@@ -199,7 +191,7 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
         );
         await locks.shift()?.letGo();
         // The outcome's UPDATE, not a lease renewal (which waits on the same row lock every third of the lease).
-        await waitFor(waitingOn("WITH changed AS (%SET status = 'completed'"), 'the finalize to wait');
+        await waitFor(waitingForLock(db, "WITH changed AS (%SET status = 'completed'%"), 'the finalize to wait');
       }
       if (step === 'after the commit') {
         await waitFor(async () => ((await recordExists())?.status === 'completed' ? true : undefined), 'the commit');

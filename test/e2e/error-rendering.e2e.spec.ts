@@ -10,8 +10,6 @@ import {
   Post,
 } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import type { Response } from 'express';
 import request from 'supertest';
 import {
@@ -19,11 +17,9 @@ import {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   Idempotent,
-  IdempotencyModule,
 } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
-import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
 
 @Controller('orders')
 class OrdersController {
@@ -49,22 +45,16 @@ class ApplicationFilter implements ExceptionFilter {
 let db: TestDatabase;
 let app: INestApplication;
 const filter = new ApplicationFilter();
-const logger = new RecordingLogger();
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
-    ],
+  ({ app } = await startTestApp({
+    database: db,
+    idempotency: { singleTenant: true },
     controllers: [OrdersController],
     providers: [{ provide: APP_FILTER, useValue: filter }],
-  })
-    .setLogger(logger)
-    .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
-  await app.init();
+    listen: false,
+  }));
 });
 
 afterAll(async () => {

@@ -14,23 +14,19 @@ import {
 } from '@nestjs/common';
 import { APP_INTERCEPTOR } from '@nestjs/core';
 import { mergeMap, race, Subject, take, throwError } from 'rxjs';
-import { Test } from '@nestjs/testing';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import pg from 'pg';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyModule, IdempotencyRun, sha256Fingerprint } from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyContext,
-} from '../../src/postgres/index.js';
+import { Idempotent, IdempotencyRun, sha256Fingerprint } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { createPlatformApp, PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
+import { PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 /** The gate the next request to a gated route waits at (each gate holds one request). */
@@ -167,32 +163,21 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   const logger = new RecordingLogger();
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: proxy.urlFor(db.url),
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-          extra: { connectionTimeoutMillis: 1000 },
-        }),
-        IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
-          accountResolver: () => 'acct',
-          leaseSeconds: 1,
-          storeTimeoutSeconds: 2,
-          inFlightWaitSeconds: 2,
-          finalizeRetries: 3,
-        }),
-      ],
+    ({ app, url } = await startTestApp({
+      platform,
+      database: { url: proxy.urlFor(db.url) },
+      pool: { connectionTimeoutMillis: 1000 },
+      idempotency: {
+        accountResolver: () => 'acct',
+        leaseSeconds: 1,
+        storeTimeoutSeconds: 2,
+        inFlightWaitSeconds: 2,
+        finalizeRetries: 3,
+      },
       controllers: [TransactionalController, StandardController],
       providers: [{ provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor }],
-    })
-      .setLogger(logger)
-      .compile();
-    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-    await app.listen(0, '127.0.0.1');
-    url = await app.getUrl();
+      logger,
+    }));
   });
 
   afterAll(async () => {

@@ -1,12 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { Idempotent, IdempotencyModule, jsonFieldsFingerprint } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { Idempotent, jsonFieldsFingerprint } from '../../src/index.js';
+import { createTestDatabase, recordCountOf, type TestDatabase } from '../support/test-database.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { startTestApp } from '../support/test-app.js';
 
 /** Every route answers with how many times its handler ran, so a replay shows the first run's number. */
 @Controller('orders')
@@ -52,22 +50,12 @@ const logger = new RecordingLogger();
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({
-        store: IdempotencyPostgresModule.forRoot(),
-        singleTenant: true,
-        fingerprint: jsonFieldsFingerprint({ exclude: ['traceId'] }),
-      }),
-    ],
+  ({ app, url } = await startTestApp({
+    database: db,
+    idempotency: { singleTenant: true, fingerprint: jsonFieldsFingerprint({ exclude: ['traceId'] }) },
     controllers: [OrdersController],
-  })
-    .setLogger(logger)
-    .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
-  await app.listen(0, '127.0.0.1');
-  url = await app.getUrl();
+    logger,
+  }));
   controller = app.get(OrdersController);
 });
 
@@ -90,12 +78,7 @@ const send = (route: string, key: string, body: string | object, contentType = '
     .set('Content-Type', contentType)
     .send(typeof body === 'string' ? body : JSON.stringify(body));
 
-const recordCount = async (key: string) =>
-  (
-    await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [
-      key,
-    ])
-  )[0].n;
+const recordCount = (key: string) => recordCountOf(db, key);
 
 describe('a route fingerprinted on chosen JSON fields', () => {
   it('replays a retry whose excluded field changed (and whose keys moved): the handler ran once', async () => {

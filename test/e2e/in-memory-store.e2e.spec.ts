@@ -14,6 +14,7 @@ import {
 import { IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { startTestApp } from '../support/test-app.js';
 
 // docs/testing.md, "Testing with the in-memory store": an application on the in-memory store starts and answers
 // without any database and without TypeORM (examples/memory-store-app proves it with TypeORM and pg not installed);
@@ -52,22 +53,18 @@ class OrdersController {
 
 const logger = new RecordingLogger();
 let app: INestApplication;
-let store: InMemoryIdempotencyStore;
 let now = Date.parse('2030-01-01T00:00:00Z');
 
 beforeAll(async () => {
-  store = new InMemoryIdempotencyStore({ now: () => now });
-  @Module({
+  ({ app } = await startTestApp({
+    database: 'memory',
+    store: new InMemoryIdempotencyStore({ now: () => now }),
     // The replay cache keeps outcomes on the process's clock: off, so that moving the store's clock expires them.
-    imports: [IdempotencyModule.forRoot({ store, singleTenant: true, replayCache: false })],
+    idempotency: { singleTenant: true, replayCache: false },
     controllers: [OrdersController],
-  })
-  class AppModule {}
-  const moduleRef = await Test.createTestingModule({ imports: [AppModule] })
-    .setLogger(logger)
-    .compile();
-  app = moduleRef.createNestApplication({ rawBody: true, logger });
-  await app.init();
+    logger,
+    listen: false,
+  }));
 });
 
 afterAll(async () => {

@@ -18,8 +18,7 @@ import {
   UseFilters,
 } from '@nestjs/common';
 import { APP_INTERCEPTOR, HttpAdapterHost } from '@nestjs/core';
-import { Test } from '@nestjs/testing';
-import { InjectDataSource, TypeOrmModule } from '@nestjs/typeorm';
+import { InjectDataSource } from '@nestjs/typeorm';
 import {
   catchError,
   concat,
@@ -36,15 +35,10 @@ import {
 } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyModule } from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyContext,
-} from '../../src/postgres/index.js';
+import { Idempotent } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate, GateQueue } from '../support/gate.js';
 import {
-  createPlatformApp,
   headerOf,
   PLATFORMS,
   type PlatformRequest as Request,
@@ -52,6 +46,7 @@ import {
 } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
@@ -256,21 +251,10 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   const logger = new RecordingLogger();
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: db.url,
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-        }),
-        IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
-          singleTenant: true,
-          leaseSeconds: 1,
-          storeTimeoutSeconds: 2,
-        }),
-      ],
+    ({ app, url } = await startTestApp({
+      platform,
+      database: db,
+      idempotency: { singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 },
       controllers: [OrderController],
       // Registered in the root module, these run outside the module's interceptor.
       providers: [
@@ -278,19 +262,16 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
         { provide: APP_INTERCEPTOR, useClass: RequireValue },
       ],
-    })
-      .setLogger(logger)
-      .compile();
-    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-    app.useGlobalInterceptors(
-      new InnerTimeout(),
-      new FallbackTimeout(),
-      new SlowAfter(),
-      new DeclineToError(),
-      new FirstValue(),
-    );
-    await app.listen(0, '127.0.0.1');
-    url = await app.getUrl();
+      logger,
+      configure: (app) =>
+        app.useGlobalInterceptors(
+          new InnerTimeout(),
+          new FallbackTimeout(),
+          new SlowAfter(),
+          new DeclineToError(),
+          new FirstValue(),
+        ),
+    }));
   });
 
   afterAll(async () => {

@@ -1,6 +1,7 @@
 import { once } from 'node:events';
 import { randomUUID } from 'node:crypto';
 import pg from 'pg';
+import { waitingForLock } from '../support/hold-lock.js';
 import { post, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -40,15 +41,7 @@ describe('the payout job, under IdempotencyService.execute', () => {
         async () => (await db.query('SELECT 1 FROM provider_payouts WHERE account = $1', [account]))[0],
         'the provider to pay out',
       );
-      await waitFor(
-        async () =>
-          (
-            await db.query(
-              `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'UPDATE "payout_jobs"%'`,
-            )
-          )[0],
-        'the worker to wait to mark the job paid',
-      );
+      await waitFor(waitingForLock(db, 'UPDATE "payout_jobs"%'), 'the worker to wait to mark the job paid');
       const exited = once(doomed.child, 'exit');
       doomed.child.kill('SIGKILL');
       await exited;

@@ -2,14 +2,12 @@ import { randomUUID } from 'node:crypto';
 import { Readable } from 'node:stream';
 import { createGzip } from 'node:zlib';
 import { Controller, type INestApplication, Post, Res, Version, VersioningType } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { Idempotent, IdempotencyModule } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
-import { createPlatformApp, PLATFORMS } from '../support/platforms.js';
+import { Idempotent } from '../../src/index.js';
+import { PLATFORMS } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 // Review of issue 11 (adversarial): edges of the HTTP platforms that the other suites do not reach.
@@ -73,39 +71,19 @@ afterAll(async () => {
   await db?.drop();
 });
 
-async function startApp(
-  platform: (typeof PLATFORMS)[number],
-  controllers: Array<new (...args: never[]) => unknown>,
-  configure: (app: INestApplication) => void,
-  logger: RecordingLogger,
-) {
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
-    ],
-    controllers,
-  })
-    .setLogger(logger)
-    .compile();
-  const app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-  configure(app);
-  await app.listen(0, '127.0.0.1');
-  return { app, url: await app.getUrl() };
-}
-
 describe.each(PLATFORMS)('on %s', (platform) => {
   describe('header versioning (app.enableVersioning({ type: HEADER }))', () => {
     let app: INestApplication;
     let url: string;
 
     beforeAll(async () => {
-      ({ app, url } = await startApp(
+      ({ app, url } = await startTestApp({
         platform,
-        [VersionedController],
-        (app) => app.enableVersioning({ type: VersioningType.HEADER, header: 'X-API-Version' }),
-        new RecordingLogger(),
-      ));
+        database: db,
+        idempotency: { singleTenant: true },
+        controllers: [VersionedController],
+        configure: (app) => app.enableVersioning({ type: VersioningType.HEADER, header: 'X-API-Version' }),
+      }));
     });
 
     afterAll(async () => {
@@ -138,10 +116,13 @@ describe('on fastify, with a compression plugin (an onSend hook that returns a s
   let url: string;
 
   beforeAll(async () => {
-    ({ app, url } = await startApp(
-      'fastify',
-      [BigController],
-      (app) => {
+    ({ app, url } = await startTestApp({
+      platform: 'fastify',
+      database: db,
+      idempotency: { singleTenant: true },
+      controllers: [BigController],
+      logger,
+      configure: (app) => {
         // What @fastify/compress does for a payload over its threshold (1 KiB) when the client accepts gzip.
         const fastify = app.getHttpAdapter().getInstance() as {
           addHook(
@@ -161,8 +142,7 @@ describe('on fastify, with a compression plugin (an onSend hook that returns a s
           return Readable.from([Buffer.from(payload)]).pipe(createGzip());
         });
       },
-      logger,
-    ));
+    }));
   });
 
   afterAll(async () => {
@@ -202,7 +182,12 @@ describe('on fastify, a passthrough handler that returns reply.send(…) (a then
   let url: string;
 
   beforeAll(async () => {
-    ({ app, url } = await startApp('fastify', [ReturnsReplyController], () => undefined, new RecordingLogger()));
+    ({ app, url } = await startTestApp({
+      platform: 'fastify',
+      database: db,
+      idempotency: { singleTenant: true },
+      controllers: [ReturnsReplyController],
+    }));
   });
 
   afterAll(async () => {

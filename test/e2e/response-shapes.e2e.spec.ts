@@ -13,18 +13,16 @@ import {
   Res,
   StreamableFile,
 } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
 import { defer, from } from 'rxjs';
 import { request as httpRequest } from 'node:http';
 import pg from 'pg';
-import { Idempotent, IdempotencyModule } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
-import { createPlatformApp, PLATFORMS, type PlatformRequest, type PlatformResponse } from '../support/platforms.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { Idempotent } from '../../src/index.js';
+import { PLATFORMS, type PlatformRequest, type PlatformResponse } from '../support/platforms.js';
+import { createTestDatabase, recordCountOf, type TestDatabase } from '../support/test-database.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
+import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 /** Bytes that are not UTF-8: a replay that decoded them as text would change them. */
@@ -201,31 +199,20 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   let controller: ShapesController;
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: db.url,
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-        }),
-        IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
-          singleTenant: true,
-          headerName: 'X-Idempotency-Key',
-          replayHeaderName: 'Idempotent-Replayed',
-          storedResponseHeaders: ['X-Custom', 'Set-Cookie'],
-          maxStoredBodyBytes: 1024,
-          storeTimeoutSeconds: 1,
-        }),
-      ],
+    ({ app, url } = await startTestApp({
+      platform,
+      database: db,
+      idempotency: {
+        singleTenant: true,
+        headerName: 'X-Idempotency-Key',
+        replayHeaderName: 'Idempotent-Replayed',
+        storedResponseHeaders: ['X-Custom', 'Set-Cookie'],
+        maxStoredBodyBytes: 1024,
+        storeTimeoutSeconds: 1,
+      },
       controllers: [ShapesController, LateController, IdempotentChild, PlainChild],
-    })
-      .setLogger(logger)
-      .compile();
-    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-    await app.listen(0, '127.0.0.1');
-    url = await app.getUrl();
+      logger,
+    }));
     controller = app.get(ShapesController);
   });
 
@@ -236,12 +223,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 
   const send = (method: 'post' | 'put' | 'delete', path: string, key: string) =>
     request(url)[method](`/shapes/${path}`).set('X-Idempotency-Key', key).send({ n: 1 });
-  const recordCount = async (key: string) =>
-    (
-      await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [
-        key,
-      ])
-    )[0].n;
+  const recordCount = (key: string) => recordCountOf(db, key);
 
   describe('responses that are stored and replayed exactly', () => {
     it('@HttpCode and @Header: the status and the headers replay', async () => {

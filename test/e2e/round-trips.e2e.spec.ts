@@ -1,19 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { Controller, type INestApplication, Post } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
-import { Idempotent, IdempotencyModule, sha256Fingerprint } from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyContext,
-} from '../../src/postgres/index.js';
+import { Idempotent, sha256Fingerprint } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
-import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { createPlatformApp, PLATFORMS } from '../support/platforms.js';
+import { PLATFORMS } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
 
 let gate: Gate | undefined;
 
@@ -54,28 +48,16 @@ afterAll(async () => {
 });
 
 describe.each(PLATFORMS)('on %s', (platform) => {
-  const logger = new RecordingLogger();
   let app: INestApplication;
   let url: string;
 
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: proxy.urlFor(db.url),
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-        }),
-        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), accountResolver: () => 'acct' }),
-      ],
+    ({ app, url } = await startTestApp({
+      platform,
+      database: { url: proxy.urlFor(db.url) },
+      idempotency: { accountResolver: () => 'acct' },
       controllers: [RoundTripController],
-    })
-      .setLogger(logger)
-      .compile();
-    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-    await app.listen(0, '127.0.0.1');
-    url = await app.getUrl();
+    }));
     // Warm up: open the pooled connections and prepare the statements, which are not per-request costs.
     for (let i = 0; i < 12; i += 1) {
       await Promise.all([send('/rt/standard', randomUUID()), send('/rt/transactional', randomUUID())]);

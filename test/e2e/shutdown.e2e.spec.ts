@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { holdLock } from '../support/hold-lock.js';
+import { holdLock, waitingForLock } from '../support/hold-lock.js';
 import { PLATFORMS, postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -44,15 +44,7 @@ async function chargeThenTerminate(env: Record<string, string>) {
     (response) => response,
     (error: Error) => error,
   );
-  await waitFor(
-    async () =>
-      (
-        await db.query(
-          `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`,
-        )
-      )[0],
-    'the charge to wait inside its handler',
-  );
+  await waitFor(waitingForLock(db, 'INSERT INTO "charges"%'), 'the charge to wait inside its handler');
   const exited = once(app.child, 'exit') as Promise<[number | null, string | null]>;
   app.child.kill('SIGTERM');
   await waitFor(

@@ -1,28 +1,17 @@
 import { randomUUID } from 'node:crypto';
-import { Controller, Get, type INestApplication, Injectable, Post, Req } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { InjectDataSource, InjectRepository, TypeOrmModule } from '@nestjs/typeorm';
+import { Controller, Get, Injectable, Post, Req } from '@nestjs/common';
+import { InjectDataSource, InjectRepository } from '@nestjs/typeorm';
 import request from 'supertest';
 import { Column, DataSource, Entity, PrimaryGeneratedColumn, Repository } from 'typeorm';
-import { Idempotent, IdempotencyModule } from '../../src/index.js';
-import {
-  type IdempotencyPostgresOptions,
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyContext,
-} from '../../src/postgres/index.js';
+import { Idempotent } from '../../src/index.js';
+import { type IdempotencyPostgresOptions, PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { type Gate, GateQueue } from '../support/gate.js';
 import { LedgerEntry } from '../support/ledger-entry.entity.js';
-import {
-  createPlatformApp,
-  headerOf,
-  type Platform,
-  PLATFORMS,
-  type PlatformRequest as Request,
-} from '../support/platforms.js';
+import { headerOf, type Platform, PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { spawnTypeScriptServer } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp, type TestApp } from '../support/test-app.js';
 
 /**
  * Transactional runs with the services apps already have: repositories injected with `@InjectRepository()`,
@@ -157,26 +146,20 @@ afterAll(async () => {
  */
 function appWith(platform: Platform, options: IdempotencyPostgresOptions): { url: string } {
   const started = { url: '' };
-  let app: INestApplication | undefined;
+  let app: TestApp | undefined;
   beforeAll(async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({
-          type: 'postgres',
-          url: db.url,
-          entities: [LedgerEntry, AuditEntry],
-          migrations: IdempotencyMigrations,
-          migrationsRun: true,
-        }),
-        TypeOrmModule.forFeature([LedgerEntry]),
-        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(options), singleTenant: true }),
-      ],
+    app = await startTestApp({
+      platform,
+      database: db,
+      entities: [LedgerEntry, AuditEntry],
+      features: [LedgerEntry],
+      postgres: options,
+      idempotency: { singleTenant: true },
       controllers: [LedgerController],
       providers: [LedgerService],
-    }).compile();
-    app = createPlatformApp(moduleRef, platform, { rawBody: true, logger });
-    await app.listen(0, '127.0.0.1');
-    started.url = await app.getUrl();
+      logger,
+    });
+    started.url = app.url;
   });
   afterAll(async () => {
     gates.releaseAll();

@@ -1,21 +1,11 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
-import {
-  IdempotencyKeyReuseError,
-  IdempotencyModule,
-  IdempotencyService,
-  RequestInProgressError,
-} from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyContext,
-} from '../../src/postgres/index.js';
+import { IdempotencyKeyReuseError, IdempotencyService, RequestInProgressError } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestContext } from '../support/test-app.js';
 
 let db: TestDatabase;
 const logger = new RecordingLogger();
@@ -25,18 +15,11 @@ let service: IdempotencyService;
 beforeAll(async () => {
   db = await createTestDatabase();
   await db.query('CREATE TABLE payouts_made (key text PRIMARY KEY)');
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({
-        store: IdempotencyPostgresModule.forRoot(),
-        accountResolver: () => 'unused for operations',
-      }),
-    ],
-  })
-    .setLogger(logger)
-    .compile();
-  context = await moduleRef.init();
+  ({ context } = await startTestContext({
+    database: db,
+    idempotency: { accountResolver: () => 'unused for operations' },
+    logger,
+  }));
   service = context.get(IdempotencyService);
 });
 
@@ -168,19 +151,11 @@ describe('IdempotencyService.execute', () => {
 
 describe('the replay cache', () => {
   it('answers outcomes this process knows from memory; turned off, every replay reads the database', async () => {
-    const uncachedRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
-          accountResolver: () => 'unused',
-          replayCache: false,
-        }),
-      ],
-    })
-      .setLogger(logger)
-      .compile();
-    const uncachedContext = await uncachedRef.init();
+    const { context: uncachedContext } = await startTestContext({
+      database: db,
+      idempotency: { accountResolver: () => 'unused', replayCache: false },
+      logger,
+    });
     try {
       const uncached = uncachedContext.get(IdempotencyService);
       const key = randomUUID();

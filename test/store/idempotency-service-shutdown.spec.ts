@@ -1,26 +1,18 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
-import { DataSource } from 'typeorm';
 import {
   type ClaimResult,
   type ClaimTiming,
   IDEMPOTENCY_STORE,
-  IdempotencyModule,
   IdempotencyService,
   IdempotencyShuttingDownError,
   type IdempotencyScope,
 } from '../../src/index.js';
-import {
-  IdempotencyMigrations,
-  IdempotencyPostgresModule,
-  PostgresIdempotencyStore,
-  type PostgresStoreTransaction,
-} from '../../src/postgres/index.js';
+import { PostgresIdempotencyStore, type PostgresStoreTransaction } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestContext } from '../support/test-app.js';
 
 /** The real store, whose next claim (once committed), or next transaction, waits at a gate before it answers. */
 class GatedClaimStore extends PostgresIdempotencyStore {
@@ -52,22 +44,18 @@ let db: TestDatabase;
 const logger = new RecordingLogger();
 let context: INestApplicationContext;
 
+/** The module on the test database, with the gated store in place of the real one. */
+const startGated = () =>
+  startTestContext({
+    database: db,
+    overrideStore: (dataSource) => new GatedClaimStore(dataSource, 'idempotency_records'),
+    idempotency: { singleTenant: true },
+    logger,
+  });
+
 beforeAll(async () => {
   db = await createTestDatabase();
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
-      IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
-    ],
-  })
-    .overrideProvider(IDEMPOTENCY_STORE)
-    .useFactory({
-      factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'),
-      inject: [DataSource],
-    })
-    .setLogger(logger)
-    .compile();
-  context = await moduleRef.init();
+  ({ context } = await startGated());
 });
 
 afterAll(async () => {
@@ -99,20 +87,7 @@ describe('shutdown while a claim is on its way', () => {
 
 describe('shutdown while an attempt waits for its transaction', () => {
   it('waits for it, and it is given back (rolled back, released) before shutdown completes', async () => {
-    const moduleRef = await Test.createTestingModule({
-      imports: [
-        TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
-      ],
-    })
-      .overrideProvider(IDEMPOTENCY_STORE)
-      .useFactory({
-        factory: (dataSource: DataSource) => new GatedClaimStore(dataSource, 'idempotency_records'),
-        inject: [DataSource],
-      })
-      .setLogger(logger)
-      .compile();
-    const app = await moduleRef.init();
+    const { context: app } = await startGated();
     try {
       const store = app.get<GatedClaimStore>(IDEMPOTENCY_STORE);
       const service = app.get(IdempotencyService);

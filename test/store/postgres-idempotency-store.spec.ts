@@ -8,6 +8,7 @@ import {
   PostgresIdempotencyStore,
   idempotencyMigrations,
 } from '../../src/postgres/index.js';
+import { waitingForLock } from '../support/hold-lock.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -294,15 +295,7 @@ describe('claim racing a takeover', () => {
       );
       // A retry of the old request starts now (its snapshot still shows the old response) and waits for X.
       const retry = store.claim(scope, 'fpA', randomUUID(), timing);
-      await waitFor(
-        async () =>
-          (
-            await db.query(
-              `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '%claimed AS (%'`,
-            )
-          )[0],
-        'the retry to wait for the takeover',
-      );
+      await waitFor(waitingForLock(db, '%claimed AS (%'), 'the retry to wait for the takeover');
       await x.query('COMMIT');
       await expect(retry).resolves.toEqual({ claimed: false, existing: { status: 'in_progress', fingerprint: 'fpB' } });
     } finally {

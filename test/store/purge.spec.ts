@@ -1,10 +1,8 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
-import { Test } from '@nestjs/testing';
-import { TypeOrmModule } from '@nestjs/typeorm';
-import { IdempotencyModule, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
+import { type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestContext } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 let db: TestDatabase;
@@ -18,27 +16,18 @@ async function startModule(options: IdempotencyModuleOptions): Promise<Idempoten
   class SettingsModule {}
 
   // forRootAsync on a named data source: options come from an injected provider of an imported module.
-  const moduleRef = await Test.createTestingModule({
-    imports: [
-      TypeOrmModule.forRoot({
-        name: 'records',
-        type: 'postgres',
-        url: db.url,
-        migrations: IdempotencyMigrations,
-        migrationsRun: true,
-      }),
-      IdempotencyModule.forRootAsync({
-        store: IdempotencyPostgresModule.forRoot({ dataSource: 'records' }),
-        imports: [SettingsModule],
-        inject: [PURGE_SETTINGS],
-        useFactory: (settings: IdempotencyModuleOptions) => ({ accountResolver: () => 'acct', ...settings }),
-      }),
-    ],
-  })
-    .setLogger(logger)
-    .compile();
-  contexts.push(await moduleRef.init());
-  return moduleRef.get(IdempotencyService);
+  const { context } = await startTestContext({
+    database: db,
+    dataSourceName: 'records',
+    idempotencyAsync: {
+      imports: [SettingsModule],
+      inject: [PURGE_SETTINGS],
+      useFactory: (settings: IdempotencyModuleOptions) => ({ accountResolver: () => 'acct', ...settings }),
+    },
+    logger,
+  });
+  contexts.push(context);
+  return context.get(IdempotencyService);
 }
 
 async function insertRecords(count: number, expiresIn: string): Promise<void> {

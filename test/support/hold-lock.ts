@@ -1,4 +1,5 @@
 import pg from 'pg';
+import type { TestDatabase } from './test-database.js';
 
 /** A lock held by a connection of the test's, in an open transaction, until it is let go. */
 export interface HeldLock {
@@ -17,4 +18,18 @@ export async function holdLock(url: string, sql: string, params: unknown[] = [])
       await client.end();
     },
   };
+}
+
+/**
+ * A probe for `waitFor`: a session of `db` waits for a lock while it runs a statement `LIKE pattern`
+ * (`'INSERT INTO "charges"%'`). Resolves to a row once one does, else to undefined.
+ */
+export function waitingForLock(db: TestDatabase, pattern: string): () => Promise<unknown> {
+  return async () =>
+    (
+      await db.query(
+        `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE $1`,
+        [pattern],
+      )
+    )[0];
 }

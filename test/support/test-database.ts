@@ -29,6 +29,15 @@ export async function createTestDatabase(): Promise<TestDatabase> {
   };
 }
 
+/** How many records of `db`'s records table have `key` (0 or 1 in one scope). */
+export async function recordCountOf(db: TestDatabase, key: string): Promise<number> {
+  const [{ n }] = await db.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1',
+    [key],
+  );
+  return n;
+}
+
 async function withClient<T>(url: string, use: (client: pg.Client) => Promise<T>): Promise<T> {
   const client = new pg.Client({ connectionString: url });
   await client.connect();
