@@ -31,7 +31,7 @@ const NODE = ['node:', ...builtinModules];
 // [what, prefixes] ('x' matches 'x' and 'x/…', a prefix ending in '/' or '-' matches what starts with it); a room
 // with `noPackages` imports no package at all (it ships to browsers with no dependencies), and `what` then says
 // which kind of package was imported. Files of src/ never import outside src/, nor the package by its own name.
-const ROOMS = {
+export const ROOMS = {
   protocol: {
     mayImport: ['protocol', 'shared'],
     packages: [

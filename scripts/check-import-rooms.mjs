@@ -1,7 +1,9 @@
 // Proves that eslint.config.js still keeps the rooms of src/ (docs/layout.md): lints imports that break the table,
 // and some the table allows, as if they were written in files of each room, and fails unless exactly the first are
 // refused. Part of `npm run lint`; no type information is needed, so it takes a second.
+import { readdirSync, readFileSync } from 'node:fs';
 import { ESLint } from 'eslint';
+import { ROOMS } from '../eslint.config.js';
 
 const RULE = 'rooms/imports';
 // [file, import, the message expected, or null where the import is allowed]
@@ -83,8 +85,30 @@ for (const [file, from, expected] of CASES) {
     }
   }
 }
+// The layout page's table, the rule's rooms and the folders of src/ name the same rooms.
+const folders = readdirSync('src', { withFileTypes: true })
+  .filter((entry) => entry.isDirectory())
+  .map((entry) => entry.name);
+const documented = [...readFileSync('docs/layout.md', 'utf8').matchAll(/^\| `src\/([a-z-]+)\/` \|/gm)].map(
+  ([, room]) => room,
+);
+const ruled = Object.keys(ROOMS).filter((room) => room !== 'root');
+for (const [what, rooms] of [
+  ['folders of src/', folders],
+  ['rows of docs/layout.md', documented],
+]) {
+  const missing = ruled.filter((room) => !rooms.includes(room));
+  const extra = rooms.filter((room) => !ruled.includes(room));
+  if (missing.length > 0 || extra.length > 0) {
+    failures.push(
+      `the ${what} differ from ROOMS in eslint.config.js: missing ${missing.join(', ') || 'none'}, not a room ${extra.join(', ') || 'none'}`,
+    );
+  }
+}
 if (failures.length > 0) {
   console.error(`${RULE} does not keep the rooms of src/:\n${failures.join('\n')}`);
   process.exit(1);
 }
-console.log(`${RULE}: ${CASES.length * FORMS.length} imports checked, each refused or allowed as docs/layout.md says`);
+console.log(
+  `${RULE}: ${CASES.length * FORMS.length} imports checked, each refused or allowed as docs/layout.md says; its table names every folder of src/`,
+);
