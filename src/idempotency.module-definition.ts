@@ -1,7 +1,7 @@
 import { ConfigurableModuleBuilder, type DynamicModule, type Provider, type Type } from '@nestjs/common';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
-import type { IdempotencyModuleOptions } from './protocol/idempotency-options.interface.js';
+import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import type { IdempotencyStore } from './protocol/idempotency-store.interface.js';
 
 /**

@@ -6,7 +6,7 @@ import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
 import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
-import type { IdempotencyModuleOptions } from './protocol/idempotency-options.interface.js';
+import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
 
 /**
@@ -27,12 +27,12 @@ import { IdempotencyService } from './protocol/idempotency.service.js';
 export class IdempotencyModule {
   // The builder's methods, typed so that the compiler asks for `store` (which has no default), on this module.
   static forRoot(options: IdempotencyModuleOptions & IdempotencyModuleExtras): DynamicModule {
-    return ConfigurableIdempotencyModule.forRoot.call(IdempotencyModule, options);
+    return { ...ConfigurableIdempotencyModule.forRoot(options), module: IdempotencyModule };
   }
 
   static forRootAsync(
     options: ConfigurableModuleAsyncOptions<IdempotencyModuleOptions> & IdempotencyModuleExtras,
   ): DynamicModule {
-    return ConfigurableIdempotencyModule.forRootAsync.call(IdempotencyModule, options);
+    return { ...ConfigurableIdempotencyModule.forRootAsync(options), module: IdempotencyModule };
   }
 }

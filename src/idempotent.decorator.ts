@@ -1,6 +1,7 @@
 import { SetMetadata } from '@nestjs/common';
 import { IDEMPOTENT_METADATA } from './http/http.constants.js';
-import type { IdempotentOptions } from './protocol/idempotency-options.interface.js';
+import { resolveHttpPolicy } from './http/http-policy.js';
+import type { IdempotentOptions } from './idempotency-options.js';
 import { resolvePolicy } from './protocol/idempotency-policy.js';
 
 /**
@@ -9,6 +10,8 @@ import { resolvePolicy } from './protocol/idempotency-policy.js';
  * pass through. Options given here override the module's; a method's override its controller's.
  */
 export const Idempotent = (options: IdempotentOptions = {}): ClassDecorator & MethodDecorator => {
-  resolvePolicy({}, options); // invalid options fail where they are written, at start-up
+  // Invalid options fail where they are written, at start-up: each room checks its own.
+  resolvePolicy({}, options);
+  resolveHttpPolicy({}, options);
   return SetMetadata(IDEMPOTENT_METADATA, options);
 };

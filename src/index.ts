@@ -8,14 +8,20 @@ export { IdempotencyContext } from './protocol/idempotency-context.js';
 export { IdempotencyRun } from './protocol/idempotency-run.js';
 
 // Options, and the defaults an application may build its own from.
+export type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.js';
 export type {
   AccountResolver,
-  FingerprintInput,
-  IdempotencyModuleOptions,
-  IdempotentOptions,
+  ProtocolIdempotentOptions,
+  ProtocolModuleOptions,
 } from './protocol/idempotency-options.interface.js';
-export { isFinalStatusByDefault, sha256Fingerprint } from './protocol/idempotency-policy.js';
-export { jsonFieldsFingerprint, type JsonFieldsSelection } from './protocol/json-fields-fingerprint.js';
+export type {
+  FingerprintInput,
+  HttpIdempotencyModuleOptions,
+  HttpIdempotentOptions,
+} from './http/http-options.interface.js';
+export { isFinalStatusByDefault } from './protocol/idempotency-policy.js';
+export { sha256Fingerprint } from './http/http-policy.js';
+export { jsonFieldsFingerprint, type JsonFieldsSelection } from './http/json-fields-fingerprint.js';
 
 // Operations that are not HTTP requests (queue consumers, jobs), and the purge on demand.
 export { type ExecuteResult, type IdempotentOperation, IdempotencyService } from './protocol/idempotency.service.js';

@@ -12,6 +12,7 @@ import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import type { AttemptOutcome } from '../protocol/outcome-writer.js';
 import { errorResponse } from './idempotency-http.js';
 import type { HttpPlatform, HttpResponse } from './http-platform.js';
+import type { HttpRoutePolicy } from './http-policy.js';
 import { HandlerWork } from './handler-work.js';
 import { isSerializableBody, responseForValue } from './handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
@@ -83,13 +84,12 @@ export class HttpAttempt {
   /** Captures the response, answers for the attempt on a shutdown, and runs the handler's pipeline. */
   start(): Observable<unknown> {
     const { plan, response } = this.request;
-    const { policy } = plan;
     const capture = captureResponse(
       response,
       {
         replayable: plan.replayable,
-        maxBodyBytes: policy.maxStoredBodyBytes,
-        storedHeaders: policy.storedResponseHeaders,
+        maxBodyBytes: plan.http.maxStoredBodyBytes,
+        storedHeaders: plan.http.storedResponseHeaders,
       },
       (sent) => this.finish(sent),
     );
@@ -164,7 +164,7 @@ export class HttpAttempt {
       (work.isCurrentHandler || (!isNestReplying(response.platformResponse) && pipeline === undefined));
     if (plan.replayable && !writtenByHandler && answeredForHandler) {
       const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
-      const route = { context, method, policy, answered: sent, platform };
+      const route = { context, method, policy, http: plan.http, answered: sent, platform };
       void this.workDone
         .then(() => this.outcomeOfWork(this.pipeline as PipelineEnd, pipelineRun, route))
         .then(conclude);
@@ -194,12 +194,13 @@ export class HttpAttempt {
       context: ExecutionContext;
       method: string;
       policy: IdempotencyPolicy;
+      http: HttpRoutePolicy;
       answered: SentResponse | undefined;
       platform: HttpPlatform;
     },
   ): Promise<AttemptOutcome> {
     const { work } = this;
-    const { context, method, policy, answered, platform } = route;
+    const { context, method, policy, http, answered, platform } = route;
     const asAnswered = { response: answered?.captured ? answered.response : undefined, failed: true };
     let value: unknown;
     if (pipeline.status === 'completed' && !pipeline.whileHandlerRan) value = pipeline.value;
@@ -217,8 +218,8 @@ export class HttpAttempt {
     const response = responseForValue(value, {
       handler: context.getHandler(),
       method,
-      storedHeaders: policy.storedResponseHeaders,
-      maxBodyBytes: policy.maxStoredBodyBytes,
+      storedHeaders: http.storedResponseHeaders,
+      maxBodyBytes: http.maxStoredBodyBytes,
       platform,
     });
     return response ? { response, failed: false } : asAnswered;

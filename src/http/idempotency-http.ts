@@ -3,7 +3,7 @@ import {
   type IdempotencyError,
   IdempotencyMisconfiguredError,
 } from '../protocol/idempotency.errors.js';
-import type { FingerprintInput } from '../protocol/idempotency-options.interface.js';
+import type { FingerprintInput } from './http-options.interface.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { HttpRequest, HttpResponse } from './http-platform.js';
 import { sendSealed } from './response-capture.js';

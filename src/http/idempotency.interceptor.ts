@@ -25,7 +25,9 @@ import { httpExceptionFor } from './http-errors.js';
 import { endpointOf, fingerprintInputOf, sendReplay, setRetryAfter } from './idempotency-http.js';
 import { type HttpPlatform, httpPlatformFor, type HttpRequest, isSupportedHttpPlatform } from './http-platform.js';
 import { parseIdempotencyKey } from './idempotency-key.js';
-import type { FingerprintInput, IdempotencyModuleOptions } from '../protocol/idempotency-options.interface.js';
+import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import type { FingerprintInput, HttpIdempotencyModuleOptions } from './http-options.interface.js';
+import { resolveHttpPolicy } from './http-policy.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { answeredElsewhere } from './response-capture.js';
 import { type AttemptServices, HttpAttempt } from './http-attempt.js';
@@ -50,8 +52,9 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     private readonly reflector: Reflector,
     private readonly adapterHost: HttpAdapterHost,
     private readonly idempotency: IdempotencyService,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: IdempotencyModuleOptions,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions & HttpIdempotencyModuleOptions,
   ) {
+    resolveHttpPolicy(options); // invalid HTTP options fail at start-up, not on the first request
     this.plans = new RoutePlans(reflector, options);
     this.attemptServices = { idempotency, adapterHost, logger: this.logger, once: this.once };
   }
@@ -79,12 +82,12 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
     const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
     const request = platform.requestOf(context.switchToHttp().getRequest<object>());
     if (PASS_THROUGH_METHODS.has(request.method)) return next.handle();
-    const { policy } = plan;
+    const { policy, http } = plan;
     const response = platform.responseOf(context.switchToHttp().getResponse<object>());
 
-    const key = parseIdempotencyKey(request.headers[policy.headerName.toLowerCase()], policy.headerName);
+    const key = parseIdempotencyKey(request.headers[http.headerName.toLowerCase()], http.headerName);
     if (key === undefined) {
-      if (policy.required) throw new IdempotencyKeyRequiredError(policy.headerName);
+      if (http.required) throw new IdempotencyKeyRequiredError(http.headerName);
       return next.handle();
     }
     const scope = {
@@ -92,9 +95,9 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       endpoint: endpointOf(request, plan.version),
       key,
     };
-    const fingerprint = policy.fingerprint(this.fingerprintInputOf(request));
+    const fingerprint = http.fingerprint(this.fingerprintInputOf(request));
 
-    const terms = { key: policy.headerName, usedWith: 'request (method, path, query or body)' };
+    const terms = { key: http.headerName, usedWith: 'request (method, path, query or body)' };
     const decision = await this.idempotency.begin(scope, fingerprint, policy, terms).catch((error: unknown) => {
       if (error instanceof IdempotencyError && error.retryAfterSeconds !== undefined) {
         setRetryAfter(response, error.retryAfterSeconds);
@@ -121,7 +124,7 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       return of(undefined);
     }
     if (decision.action === 'replay') {
-      sendReplay(response, decision.response, policy.replayHeaderName);
+      sendReplay(response, decision.response, http.replayHeaderName);
       // What interceptors outside this one see; what Nest then sends for it is ignored.
       const { body } = decision.response;
       return of(isUtf8(body) ? body.toString('utf8') : body);

@@ -9,13 +9,18 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import type { Reflector } from '@nestjs/core';
-import type { IdempotencyModuleOptions, IdempotentOptions } from '../protocol/idempotency-options.interface.js';
+import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import type { HttpIdempotencyModuleOptions, HttpIdempotentOptions } from './http-options.interface.js';
+import { type HttpRoutePolicy, resolveHttpPolicy } from './http-policy.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
 import { IDEMPOTENT_METADATA } from './http.constants.js';
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 export interface RoutePlan {
+  /** The protocol's options for the route. */
   policy: IdempotencyPolicy;
+  /** The HTTP edge's options for the route: the key's header, the fingerprint, what of a response is stored. */
+  http: HttpRoutePolicy;
   /** Nest sends its response from the handler's value (or the handler writes it through passthrough): it can be replayed. */
   replayable: boolean;
   /** The handler takes `@Res({ passthrough: true })`, so it may write (part of) the response itself. */
@@ -34,7 +39,7 @@ export class RoutePlans {
 
   constructor(
     private readonly reflector: Reflector,
-    private readonly options: IdempotencyModuleOptions,
+    private readonly options: ProtocolModuleOptions & HttpIdempotencyModuleOptions,
   ) {}
 
   /** The plan of the route `context` runs, or `null` when the route is not idempotent. */
@@ -44,14 +49,15 @@ export class RoutePlans {
     if (!plans) this.plans.set(controller, (plans = new WeakMap()));
     let plan = plans.get(handler);
     if (plan === undefined) {
-      const [methodOptions, classOptions] = this.reflector.getAll<(IdempotentOptions | undefined)[]>(
-        IDEMPOTENT_METADATA,
-        [handler, controller],
-      );
+      const [methodOptions, classOptions] = this.reflector.getAll<
+        ((ProtocolIdempotentOptions & HttpIdempotentOptions) | undefined)[]
+      >(IDEMPOTENT_METADATA, [handler, controller]);
+      const routeOptions = { ...classOptions, ...methodOptions };
       plan =
         methodOptions || classOptions
           ? {
-              policy: resolvePolicy(this.options, { ...classOptions, ...methodOptions }),
+              policy: resolvePolicy(this.options, routeOptions),
+              http: resolveHttpPolicy(this.options, routeOptions),
               ...responseHandlingOf(controller, handler),
               version: versionOf(this.reflector.getAllAndOverride(VERSION_METADATA, [handler, controller])),
             }

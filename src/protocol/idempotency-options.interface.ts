@@ -1,27 +1,10 @@
 import type { ExecutionContext } from '@nestjs/common';
 
-/** What the fingerprint of a request is computed from. */
-export interface FingerprintInput {
-  /** Upper-case HTTP method. */
-  method: string;
-  /** The requested path with its query string, as received. */
-  url: string;
-  /**
-   * The request's `Content-Type`, lower-case, without whitespace around `;` (empty when absent): the same bytes
-   * as JSON and as form data are different requests.
-   */
-  contentType: string;
-  /** The raw body bytes as received (empty when the request has no body). */
-  body: Buffer;
-}
-
 /** Returns the account (tenant) a request belongs to; keys are scoped by it. */
 export type AccountResolver = (context: ExecutionContext) => string | Promise<string>;
 
-/** Options that `@Idempotent()` may set per route or controller; they override the module's. */
-export interface IdempotentOptions {
-  /** Refuse requests without a key (400 `idempotency_key_required`). Default: `true`. */
-  required?: boolean;
+/** The protocol's options that `@Idempotent()` (or `execute()`) may set per route or operation; they override the module's. */
+export interface ProtocolIdempotentOptions {
   /**
    * Run the handler in one transaction of the store that also stores its outcome, so that its own writes (on
    * PostgreSQL: made through `PostgresIdempotencyContext.manager` or `getRepository()`, and with `enlistDataSource`
@@ -52,19 +35,6 @@ export interface IdempotentOptions {
    */
   accountResolver?: AccountResolver;
   /**
-   * Request fingerprint. Default: sha256 of method, path with query, content type and raw body (`sha256Fingerprint`).
-   * `jsonFieldsFingerprint({ exclude })` or `({ include })` compares chosen fields of a JSON body instead. Not used
-   * by `IdempotencyService.execute()`, which fingerprints its operation's `input`.
-   */
-  fingerprint?: (input: FingerprintInput) => string;
-  /**
-   * Response headers stored and replayed besides `Content-Type` and `Location`. Default: `[]`.
-   * `Set-Cookie`, `Content-Length` and hop-by-hop headers are never stored, whatever is listed here.
-   */
-  storedResponseHeaders?: string[];
-  /** Responses whose body is larger are not stored; the claim is released. Default: 1 MiB. */
-  maxStoredBodyBytes?: number;
-  /**
    * Whether a response status is a final outcome to store and replay; otherwise the claim is released
    * and a retry runs the handler again. Default: `isFinalStatusByDefault`, every status below 500 but 400, 408,
    * 425 and 429.
@@ -72,12 +42,8 @@ export interface IdempotentOptions {
   isFinalStatus?: (status: number) => boolean;
 }
 
-/** Options of `IdempotencyModule.forRoot()`. */
-export interface IdempotencyModuleOptions extends IdempotentOptions {
-  /** Request header carrying the key. Default: `Idempotency-Key`. */
-  headerName?: string;
-  /** Response header set to `true` on a replay. Default: `Idempotent-Replay` (Stripe sends `Idempotent-Replayed`). */
-  replayHeaderName?: string;
+/** The protocol's options of `IdempotencyModule.forRoot()`. */
+export interface ProtocolModuleOptions extends ProtocolIdempotentOptions {
   /**
    * The API has one tenant, or its keys are unique across tenants: keys are scoped per endpoint only. The module
    * refuses to start unless it is given either this or `accountResolver` (not both). Default: `false`.

@@ -1,46 +1,12 @@
-import { createHash } from 'node:crypto';
 import type {
   AccountResolver,
-  FingerprintInput,
-  IdempotencyModuleOptions,
-  IdempotentOptions,
+  ProtocolModuleOptions,
+  ProtocolIdempotentOptions,
 } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
-import {
-  boolean,
-  callable,
-  nonEmptyString,
-  oneOf,
-  positive,
-  positiveInteger,
-  stringList,
-  wholeNumber,
-} from './option-checks.js';
+import { boolean, callable, oneOf, positive, positiveInteger, wholeNumber } from './option-checks.js';
 import { describedValue } from './described-value.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
-
-/** Headers that describe one connection or one message, or that must never be replayed to another client. */
-const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
-  'set-cookie',
-  'content-length',
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'proxy-connection',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-]);
-
-const ALWAYS_STORED_HEADERS = ['content-type', 'location'];
-
-/** Default fingerprint: sha256 of the method, the path with its query, the content type and the raw body bytes. */
-export function sha256Fingerprint({ method, url, contentType, body }: FingerprintInput): string {
-  // No method, request target or header value can hold a newline, so these two lines are unambiguous.
-  return createHash('sha256').update(`${method} ${url}\n${contentType}\n`).update(body).digest('hex');
-}
 
 /**
  * Statuses below 500 that are not outcomes: a malformed request (400), and answers that ask the client to try
@@ -57,7 +23,7 @@ export function isFinalStatusByDefault(status: number): boolean {
  * Refuses module options that do not say who a key belongs to: scoped per endpoint only, one tenant's retry
  * would be answered another tenant's stored response. Both at once is refused too, as one of them is a mistake.
  */
-export function checkTenancy({ accountResolver, singleTenant }: IdempotencyModuleOptions): void {
+export function checkTenancy({ accountResolver, singleTenant }: ProtocolModuleOptions): void {
   if (singleTenant !== undefined) boolean('singleTenant', singleTenant);
   if (accountResolver && singleTenant) {
     throw new IdempotencySetupError(
@@ -73,11 +39,8 @@ export function checkTenancy({ accountResolver, singleTenant }: IdempotencyModul
   }
 }
 
-/** Every option resolved for one route: module options, overridden by the route's. */
+/** The protocol's options resolved for one route (or operation): the module's, overridden by the route's. */
 export interface IdempotencyPolicy {
-  headerName: string;
-  replayHeaderName: string;
-  required: boolean;
   transactional: boolean;
   inFlight: 'conflict' | 'wait';
   inFlightWaitSeconds: number;
@@ -88,15 +51,11 @@ export interface IdempotencyPolicy {
   retryAfterSeconds: number;
   storeTimeoutSeconds: number;
   accountResolver: AccountResolver | undefined;
-  fingerprint: (input: FingerprintInput) => string;
-  /** Lower-case names of the response headers that are stored and replayed. */
-  storedResponseHeaders: ReadonlySet<string>;
-  maxStoredBodyBytes: number;
   isFinalStatus: (status: number) => boolean;
 }
 
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
-export function resolvePurgeSettings(options: IdempotencyModuleOptions): {
+export function resolvePurgeSettings(options: ProtocolModuleOptions): {
   batchSize: number;
   intervalSeconds: number | false;
 } {
@@ -109,14 +68,12 @@ export function resolvePurgeSettings(options: IdempotencyModuleOptions): {
 }
 
 /** How long shutdown waits for running attempts, checked. */
-export function resolveShutdownTimeout(options: IdempotencyModuleOptions): number {
+export function resolveShutdownTimeout(options: ProtocolModuleOptions): number {
   return positive('shutdownTimeoutSeconds', options.shutdownTimeoutSeconds ?? 10);
 }
 
 /** The replay cache's limits, checked, or `undefined` when it is off. */
-export function resolveReplayCacheLimits({
-  replayCache = {},
-}: IdempotencyModuleOptions): ReplayCacheLimits | undefined {
+export function resolveReplayCacheLimits({ replayCache = {} }: ProtocolModuleOptions): ReplayCacheLimits | undefined {
   if (replayCache === false) return undefined;
   if (typeof replayCache !== 'object' || replayCache === null) {
     throw new RangeError(
@@ -131,17 +88,11 @@ export function resolveReplayCacheLimits({
 }
 
 export function resolvePolicy(
-  moduleOptions: IdempotencyModuleOptions,
-  routeOptions: IdempotentOptions = {},
+  moduleOptions: ProtocolModuleOptions,
+  routeOptions: ProtocolIdempotentOptions = {},
 ): IdempotencyPolicy {
   const options = { ...moduleOptions, ...withoutUndefined(routeOptions) };
-  const extraHeaders = stringList('storedResponseHeaders', options.storedResponseHeaders ?? []).map((name) =>
-    name.toLowerCase(),
-  );
   return {
-    headerName: nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key'),
-    replayHeaderName: nonEmptyString('replayHeaderName', options.replayHeaderName ?? 'Idempotent-Replay'),
-    required: boolean('required', options.required ?? true),
     transactional: boolean('transactional', options.transactional ?? false),
     inFlight: oneOf('inFlight', options.inFlight ?? 'conflict', ['conflict', 'wait'] as const),
     inFlightWaitSeconds: positive('inFlightWaitSeconds', options.inFlightWaitSeconds ?? 5),
@@ -153,11 +104,6 @@ export function resolvePolicy(
     storeTimeoutSeconds: positive('storeTimeoutSeconds', options.storeTimeoutSeconds ?? 5),
     accountResolver:
       options.accountResolver === undefined ? undefined : callable('accountResolver', options.accountResolver),
-    fingerprint: callable('fingerprint', options.fingerprint ?? sha256Fingerprint),
-    storedResponseHeaders: new Set(
-      [...ALWAYS_STORED_HEADERS, ...extraHeaders].filter((name) => !NEVER_STORED_HEADERS.has(name)),
-    ),
-    maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
     isFinalStatus: callable('isFinalStatus', options.isFinalStatus ?? isFinalStatusByDefault),
   };
 }

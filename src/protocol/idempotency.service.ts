@@ -19,7 +19,7 @@ import {
 } from './idempotency-policy.js';
 import { canonicalJson } from '../shared/canonical-json.js';
 import { runWithin } from './current-run.js';
-import type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.interface.js';
+import type { ProtocolModuleOptions, ProtocolIdempotentOptions } from './idempotency-options.interface.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { IdempotencyRun } from './idempotency-run.js';
 import { assertFaithfulJson } from './json-input.js';
@@ -108,7 +108,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: IdempotencyModuleOptions,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: ProtocolModuleOptions,
   ) {
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
     checkTenancy(options);
@@ -341,7 +341,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   async execute<T>(
     operation: IdempotentOperation,
     work: (run: IdempotencyRun) => Promise<T>,
-    options: IdempotentOptions = {},
+    options: ProtocolIdempotentOptions = {},
   ): Promise<ExecuteResult<T>> {
     const policy = resolvePolicy(this.options, options);
     const scope = { account: operation.account ?? '', endpoint: `operation ${operation.name}`, key: operation.key };

@@ -5,7 +5,7 @@ import {
   type JsonFieldsSelection,
   sha256Fingerprint,
 } from '../../src/index.js';
-import { resolvePolicy } from '../../src/protocol/idempotency-policy.js';
+import { resolveHttpPolicy } from '../../src/http/http-policy.js';
 
 const input = {
   method: 'POST',
@@ -186,6 +186,6 @@ describe('jsonFieldsFingerprint', () => {
   });
 
   it('plugs into the fingerprint option of a route', () => {
-    expect(resolvePolicy({ singleTenant: true }, { fingerprint: excluding }).fingerprint).toBe(excluding);
+    expect(resolveHttpPolicy({}, { fingerprint: excluding }).fingerprint).toBe(excluding);
   });
 });

@@ -1,9 +1,16 @@
 import { Idempotent, isFinalStatusByDefault, sha256Fingerprint } from '../../src/index.js';
+import type { IdempotencyModuleOptions, IdempotentOptions } from '../../src/index.js';
+import { resolveHttpPolicy } from '../../src/http/http-policy.js';
 import { checkTenancy, resolvePolicy, resolvePurgeSettings } from '../../src/protocol/idempotency-policy.js';
+
+/** A route's options as both rooms resolve them: the protocol's and the HTTP edge's, side by side. */
+function resolveRoute(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}) {
+  return { ...resolvePolicy(moduleOptions, routeOptions), ...resolveHttpPolicy(moduleOptions, routeOptions) };
+}
 
 describe('resolvePolicy', () => {
   it('documents its defaults', () => {
-    const policy = resolvePolicy({});
+    const policy = resolveRoute({});
     expect(policy).toMatchObject({
       headerName: 'Idempotency-Key',
       replayHeaderName: 'Idempotent-Replay',
@@ -21,7 +28,7 @@ describe('resolvePolicy', () => {
   });
 
   it('lets route options override module options, and ignores the ones a route leaves undefined', () => {
-    const policy = resolvePolicy(
+    const policy = resolveRoute(
       { ttlSeconds: 100, leaseSeconds: 5, required: true },
       { ttlSeconds: 7, required: false, leaseSeconds: undefined },
     );
@@ -29,7 +36,7 @@ describe('resolvePolicy', () => {
   });
 
   it('stores listed headers, case-insensitively, but never Set-Cookie, Content-Length or hop-by-hop headers', () => {
-    const policy = resolvePolicy({
+    const policy = resolveRoute({
       storedResponseHeaders: [
         'X-Request-Cost',
         'Set-Cookie',
@@ -45,15 +52,15 @@ describe('resolvePolicy', () => {
   it.each(['ttlSeconds', 'leaseSeconds', 'retryAfterSeconds', 'storeTimeoutSeconds', 'maxStoredBodyBytes'] as const)(
     'refuses a non-positive %s',
     (name) => {
-      expect(() => resolvePolicy({ [name]: 0 })).toThrow(RangeError);
-      expect(() => resolvePolicy({ [name]: Number.NaN })).toThrow(RangeError);
+      expect(() => resolveRoute({ [name]: 0 })).toThrow(RangeError);
+      expect(() => resolveRoute({ [name]: Number.NaN })).toThrow(RangeError);
     },
   );
 
   // Review of issue #10: `required: config.get('IDEMPOTENCY_REQUIRED')` gives the string "false", which is truthy:
   // the key stays required (the README's two-step rollout breaks) instead of the module refusing the string.
   it.each(['required', 'transactional'] as const)('refuses a %s that is not a boolean, saying what it got', (name) => {
-    expect(() => resolvePolicy({ [name]: 'false' as unknown as boolean })).toThrow(/got the string "false"/);
+    expect(() => resolveRoute({ [name]: 'false' as unknown as boolean })).toThrow(/got the string "false"/);
   });
 
   it.each([
@@ -68,7 +75,7 @@ describe('resolvePolicy', () => {
     ['isFinalStatus', true, /isFinalStatus must be a function, got the boolean true/],
     ['accountResolver', 'user.id', /accountResolver must be a function, got the string "user.id"/],
   ])('refuses a %s of the wrong type, saying what it got', (name, value, message) => {
-    expect(() => resolvePolicy({ [name]: value })).toThrow(message);
+    expect(() => resolveRoute({ [name]: value })).toThrow(message);
   });
 
   it('is checked where @Idempotent() is written, so a bad route option fails at start-up', () => {

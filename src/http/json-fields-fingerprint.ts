@@ -1,8 +1,8 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../shared/canonical-json.js';
-import { describedValue } from './described-value.js';
-import type { FingerprintInput } from './idempotency-options.interface.js';
-import { sha256Fingerprint } from './idempotency-policy.js';
+import { describedValue } from '../protocol/described-value.js';
+import type { FingerprintInput } from './http-options.interface.js';
+import { sha256Fingerprint } from './http-policy.js';
 
 /** Which fields of a JSON body a fingerprint compares: exactly one of the two lists. */
 export type JsonFieldsSelection =

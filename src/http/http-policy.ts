@@ -1,0 +1,63 @@
+import { createHash } from 'node:crypto';
+import { boolean, callable, nonEmptyString, positive, stringList } from '../protocol/option-checks.js';
+import type {
+  FingerprintInput,
+  HttpIdempotencyModuleOptions,
+  HttpIdempotentOptions,
+} from './http-options.interface.js';
+
+/** Headers that describe one connection or one message, or that must never be replayed to another client. */
+const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
+  'set-cookie',
+  'content-length',
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'proxy-connection',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+]);
+
+const ALWAYS_STORED_HEADERS = ['content-type', 'location'];
+
+/** Default fingerprint: sha256 of the method, the path with its query, the content type and the raw body bytes. */
+export function sha256Fingerprint({ method, url, contentType, body }: FingerprintInput): string {
+  // No method, request target or header value can hold a newline, so these two lines are unambiguous.
+  return createHash('sha256').update(`${method} ${url}\n${contentType}\n`).update(body).digest('hex');
+}
+
+/** The HTTP edge's options resolved for one route: the module's, overridden by the route's. */
+export interface HttpRoutePolicy {
+  headerName: string;
+  replayHeaderName: string;
+  required: boolean;
+  fingerprint: (input: FingerprintInput) => string;
+  /** Lower-case names of the response headers that are stored and replayed. */
+  storedResponseHeaders: ReadonlySet<string>;
+  maxStoredBodyBytes: number;
+}
+
+/** Checked with every room's wording, so that a wrong value refuses the start (or the decorator) with its name. */
+export function resolveHttpPolicy(
+  moduleOptions: HttpIdempotencyModuleOptions,
+  routeOptions: HttpIdempotentOptions = {},
+): HttpRoutePolicy {
+  const defined = Object.entries(routeOptions).filter(([, value]) => value !== undefined);
+  const options: HttpIdempotencyModuleOptions = { ...moduleOptions, ...Object.fromEntries(defined) };
+  const extraHeaders = stringList('storedResponseHeaders', options.storedResponseHeaders ?? []).map((name) =>
+    name.toLowerCase(),
+  );
+  return {
+    headerName: nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key'),
+    replayHeaderName: nonEmptyString('replayHeaderName', options.replayHeaderName ?? 'Idempotent-Replay'),
+    required: boolean('required', options.required ?? true),
+    fingerprint: callable('fingerprint', options.fingerprint ?? sha256Fingerprint),
+    storedResponseHeaders: new Set(
+      [...ALWAYS_STORED_HEADERS, ...extraHeaders].filter((name) => !NEVER_STORED_HEADERS.has(name)),
+    ),
+    maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
+  };
+}
