@@ -446,14 +446,7 @@ export function describeIdempotencyStoreContract(
         const live = newScope();
         await claimed(store, live, 'fp', LONG);
         await elapse(subject, 0.2);
-        const batches: number[] = [];
-        for (;;) {
-          const purged = await store.purgeExpired(2);
-          batches.push(purged);
-          assert.ok(purged <= 2, `purgeExpired(2) deleted ${purged} records`);
-          if (purged < 2) break;
-          assert.ok(batches.length < 10_000, 'purgeExpired(2) never ran out of records');
-        }
+        const batches = await purgedBatches(store, 2);
         const total = batches.reduce((sum, purged) => sum + purged, 0);
         assert.ok(total >= expired.length, `purged ${total} records in batches ${batches.join(', ')}`);
         for (const scope of expired) {
@@ -461,8 +454,35 @@ export function describeIdempotencyStoreContract(
         }
         assert.deepEqual(await store.claim(live, 'fp', randomUUID(), LONG), inProgress('fp'));
       });
+
+      // A claim abandoned by a crash keeps refusing other requests until its expiry, a TTL after its lease: deleted
+      // when its lease lapsed, it would let a request with another body run under its key.
+      it('deletes nothing before its expiry: a claim whose lease lapsed stays, and still refuses another request', async (subject) => {
+        const { store } = subject;
+        const lapsed = newScope();
+        await claimed(store, lapsed, 'fp', SHORT_LEASE);
+        const completed = newScope();
+        await store.complete(await claimed(store, completed, 'fp', LONG), response, 60);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        await purgedBatches(store, 1000);
+        assert.deepEqual(await store.claim(lapsed, 'another request', randomUUID(), LONG), inProgress('fp'));
+        assert.deepEqual(await store.claim(lapsed, 'fp', randomUUID(), LONG), { claimed: true, takeover: true });
+        completedWith(await store.claim(completed, 'fp', randomUUID(), LONG), 'fp', response);
+      });
     });
   });
+}
+
+/** Purges batch after batch until one comes back short of `batchSize`; returns how many each deleted. */
+async function purgedBatches(store: IdempotencyStore, batchSize: number): Promise<number[]> {
+  const batches: number[] = [];
+  for (;;) {
+    const purged = await store.purgeExpired(batchSize);
+    batches.push(purged);
+    assert.ok(purged <= batchSize, `purgeExpired(${batchSize}) deleted ${purged} records`);
+    if (purged < batchSize) return batches;
+    assert.ok(batches.length < 10_000, `purgeExpired(${batchSize}) never ran out of records`);
+  }
 }
 
 function globalRunner(): ContractTestRunner {
