@@ -302,6 +302,25 @@ export function describeIdempotencyStoreContract(
         completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
       });
 
+      // A transaction's own clock stops at its start (PostgreSQL's now()): a TTL counted from there would be shortened
+      // by the run, and over before the outcome is stored for a run as long as the TTL.
+      it("counts the TTL of an outcome completed in a transaction from the completion, not from the transaction's start", async (subject) => {
+        const { store } = subject;
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const transaction = await store.beginTransaction(5_000);
+        try {
+          await elapse(subject, 0.6);
+          assert.equal(await store.complete(claim, response, 1.2, transaction), true);
+          await transaction.commit();
+        } finally {
+          await transaction.rollback();
+        }
+        // Counted from the transaction's start, it would be 0.55 s at most; the margin is for a slow commit and claim.
+        const expiresIn = completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+        assert.ok(expiresIn > 0.8 && expiresIn <= 1.2, `expiresInSeconds ${expiresIn} is not within (0.8, 1.2]`);
+      });
+
       it('discards it when the transaction rolls back: the claim is still held by its attempt', async ({ store }) => {
         const scope = newScope();
         const claim = await claimed(store, scope, 'fp', LONG);
