@@ -31,6 +31,7 @@ export {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
+  IdempotencyOperationInvalidError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
