@@ -78,7 +78,7 @@ export function captureResponse(
     res.statusMessage = ''; // the standard phrase of the replacement's status, not the handler's
     setStatusAndHeaders(res, {
       status: response.status,
-      headers: { ...common, ...response.headers, 'content-length': String(response.body.length) },
+      headers: { ...common, ...response.headers, ...lengthHeaderOf(response) },
     });
     (originalEnd as (chunk: Buffer) => ServerResponse).call(res, response.body);
   };
@@ -156,11 +156,20 @@ export function captureResponse(
 export function sendSealed(target: HttpResponse, response: StoredResponse): void {
   const res = target.raw;
   res.statusCode = response.status;
-  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
-  res.setHeader('content-length', String(response.body.length));
+  for (const [name, value] of Object.entries({ ...response.headers, ...lengthHeaderOf(response) })) {
+    res.setHeader(name, value);
+  }
   res.end(response.body);
   silenceWrites(target);
   sealHeaders(res);
+}
+
+/**
+ * The `Content-Length` of a response sent whole, as the platforms send it: none on a 204 or a 304, which have no body
+ * (RFC 9110 forbids it on a 204; on a 304 it would tell the length of a body that is not sent).
+ */
+function lengthHeaderOf({ status, body }: StoredResponse): { 'content-length'?: string } {
+  return status === 204 || status === 304 ? {} : { 'content-length': String(body.length) };
 }
 
 /**
