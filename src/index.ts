@@ -37,6 +37,7 @@ export {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
+  IdempotencyOperationInvalidError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,

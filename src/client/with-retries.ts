@@ -25,7 +25,8 @@ const RETRYABLE_STATUSES = new Set([429, 502, 503, 504]);
  * Sends a request until it gets an answer worth keeping: retries 409 `request_in_progress`, 429, 502, 503,
  * 504 and network errors, honouring `Retry-After` (seconds or an HTTP date), else waiting a full-jitter
  * exponential backoff. Any other answer, 4xx included (a 422 is a bug to surface, a 402 is an answer), is
- * returned at once. After the last attempt, the last answer is returned, or the last network error thrown.
+ * returned at once, and any other error (an invalid URL) thrown at once. After the last attempt, the last answer
+ * is returned, or the last network error thrown.
  * `send` must reuse one idempotency key: that is what makes the retries safe.
  */
 export async function withRetries(
@@ -96,12 +97,45 @@ export function retryAfterMs(header: string | null, now: number): number | undef
   return Number.isNaN(date) ? undefined : Math.max(0, date - now);
 }
 
+/** The codes of the system or undici error that Node's `fetch` gives as the cause of a request that got no answer. */
+const NETWORK_ERROR_CODES = new Set([
+  'ECONNREFUSED',
+  'ECONNRESET',
+  'ECONNABORTED',
+  'EPIPE',
+  'ETIMEDOUT',
+  'EHOSTUNREACH',
+  'EHOSTDOWN',
+  'ENETUNREACH',
+  'ENETDOWN',
+  'EAI_AGAIN',
+  'UND_ERR_SOCKET',
+  'UND_ERR_CONNECT_TIMEOUT',
+  'UND_ERR_HEADERS_TIMEOUT',
+  'UND_ERR_BODY_TIMEOUT',
+]);
+
+/** What browsers' `fetch` rejects with when a request got no answer, without a cause: Chromium, Firefox, WebKit. */
+const BROWSER_NETWORK_ERROR_MESSAGES = new Set([
+  'Failed to fetch',
+  'NetworkError when attempting to fetch resource.',
+  'Load failed',
+]);
+
 /**
- * `fetch` rejects with a TypeError when the request never got an answer (connection refused, reset, dropped).
- * Checked by name: a `fetch` from another realm (a polyfill, a test VM, an iframe) throws its own TypeError.
+ * Whether `fetch` rejected because the request got no answer (refused, reset, dropped, timed out), which a retry may
+ * get past, rather than for a mistake of the call (an invalid URL, scheme, port or header), which it never does and
+ * which is thrown at once. Node's `fetch` rejects with `TypeError('fetch failed')` whose cause carries the network
+ * error's code, and with a TypeError without such a cause for a mistake; browsers tell neither, and are known by
+ * message. Checked by name: a `fetch` from another realm (a polyfill, a test VM, an iframe) throws its own TypeError.
  */
 function isNetworkError(error: unknown): boolean {
-  return typeof error === 'object' && error !== null && (error as { name?: unknown }).name === 'TypeError';
+  if (typeof error !== 'object' || error === null) return false;
+  const { name, message, cause } = error as { name?: unknown; message?: unknown; cause?: unknown };
+  if (name !== 'TypeError' || typeof message !== 'string') return false;
+  if (BROWSER_NETWORK_ERROR_MESSAGES.has(message)) return true;
+  const code = typeof cause === 'object' && cause !== null ? (cause as { code?: unknown }).code : undefined;
+  return message === 'fetch failed' && typeof code === 'string' && NETWORK_ERROR_CODES.has(code);
 }
 
 function abortableSleep(ms: number, signal?: AbortSignal): Promise<void> {

@@ -8,6 +8,7 @@ const HTTP_STATUS: Record<IdempotencyErrorCode, number> = {
   idempotency_body_unsupported: 415,
   idempotency_misconfigured: 500,
   idempotency_account_unresolved: 500,
+  idempotency_operation_invalid: 500, // only execute() throws it: a mistake of the server's own code
   idempotency_key_reuse: 422,
   request_in_progress: 409,
   idempotency_store_unavailable: 503,

@@ -1,7 +1,5 @@
 import { IdempotencyKeyInvalidError } from '../protocol/idempotency.errors.js';
-
-const MAX_KEY_LENGTH = 255;
-const VISIBLE_ASCII = /^[\x21-\x7e]+$/;
+import { keyFault } from '../protocol/scope-values.js';
 
 /**
  * Reads an idempotency key from its header value. Accepts a bare token or an RFC 8941 sf-string
@@ -20,13 +18,8 @@ export function parseIdempotencyKey(
     throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once (or holds a comma-separated list)');
   }
   const key = headerValue.startsWith('"') ? unquoteStructuredString(headerValue, headerName) : headerValue;
-  if (key.length === 0) throw new IdempotencyKeyInvalidError(headerName, 'it is empty');
-  if (key.length > MAX_KEY_LENGTH) {
-    throw new IdempotencyKeyInvalidError(headerName, `it is longer than ${MAX_KEY_LENGTH} characters`);
-  }
-  if (!VISIBLE_ASCII.test(key)) {
-    throw new IdempotencyKeyInvalidError(headerName, 'it may only hold visible ASCII characters (no spaces)');
-  }
+  const fault = keyFault(key);
+  if (fault !== undefined) throw new IdempotencyKeyInvalidError(headerName, fault);
   return key;
 }
 

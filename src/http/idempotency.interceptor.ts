@@ -27,9 +27,11 @@ import { type HttpPlatform, httpPlatformFor, type HttpRequest, isSupportedHttpPl
 import { parseIdempotencyKey } from './idempotency-key.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import type { FingerprintInput, HttpIdempotencyModuleOptions } from './http-options.interface.js';
-import { resolveHttpPolicy } from './http-policy.js';
+import { type HttpRoutePolicy, resolveHttpPolicy } from './http-policy.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { answeredElsewhere } from './response-capture.js';
+import { responseForClient } from './content-coding.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { type AttemptServices, HttpAttempt } from './http-attempt.js';
 
 /**
@@ -124,14 +126,36 @@ export class IdempotencyInterceptor implements NestInterceptor, OnApplicationBoo
       return of(undefined);
     }
     if (decision.action === 'replay') {
-      sendReplay(response, decision.response, http.replayHeaderName);
+      const replayed = this.replayFor(decision.response, request, http, scope.endpoint);
+      sendReplay(response, replayed, http.replayHeaderName);
       // What interceptors outside this one see; what Nest then sends for it is ignored.
-      const { body } = decision.response;
+      const { body } = replayed;
       return of(isUtf8(body) ? body.toString('utf8') : body);
     }
 
     const claimed = { plan, context, next, method: request.method, response, platform, key, endpoint: scope.endpoint };
     return new HttpAttempt(decision.run, claimed, this.attemptServices).start();
+  }
+
+  /**
+   * The stored response in a form the client reads: decoded when it does not accept the coding of a compressed body.
+   * One that no longer decodes within `maxStoredBodyBytes` (lowered since it was stored) goes out as stored, in its
+   * coding, which its `Content-Encoding` names.
+   */
+  private replayFor(
+    stored: StoredResponse,
+    request: HttpRequest,
+    http: HttpRoutePolicy,
+    endpoint: string,
+  ): StoredResponse {
+    const replayed = responseForClient(stored, request.headers['accept-encoding'], http.maxStoredBodyBytes);
+    if (replayed) return replayed;
+    this.once.warn(
+      `undecodable ${endpoint}`,
+      `A stored response of ${endpoint} does not decode within maxStoredBodyBytes (${http.maxStoredBodyBytes} ` +
+        'bytes) for a client that does not accept its Content-Encoding: it is replayed in that coding.',
+    );
+    return stored;
   }
 
   /** What the request's fingerprint is computed from; a set-up problem it reveals is logged once, with its fix. */

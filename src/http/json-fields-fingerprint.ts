@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { canonicalJson } from '../shared/canonical-json.js';
+import { withSortedKeys } from '../shared/canonical-json.js';
 import { describedValue } from '../protocol/described-value.js';
 import type { FingerprintInput } from './http-options.interface.js';
 import { sha256Fingerprint } from './http-policy.js';
@@ -24,6 +24,8 @@ interface PathNode {
  *   the first value that is not an object (an array, a string, `null`…): that value is included whole, or, with
  *   `exclude`, nothing is removed. An unexpected shape compares more, never less.
  * - An included field that is absent is compared as absent (`{}` and `{ "a": null }` differ).
+ * - Values are compared as the handler gets them from `JSON.parse`: `1200.0` is `1200`, and a number too large for a
+ *   double (`1e400`) is `Infinity`, neither `-Infinity` nor `null`.
  * - A body that is not JSON (a form, no body, a `Content-Type` other than `application/json` or `…+json`, a
  *   charset other than UTF-8, or bytes that do not parse) is fingerprinted as `sha256Fingerprint` does, on its
  *   raw bytes: its retries match only byte for byte, which can refuse a retry but never replays another request.
@@ -42,9 +44,25 @@ export function jsonFieldsFingerprint(selection: JsonFieldsSelection): (input: F
     // The first line holds no space, which the first line of sha256Fingerprint's text always does (method, space,
     // target): the two fingerprints never share a text.
     return createHash('sha256')
-      .update(`json-fields\n${input.method} ${input.url}\n${input.contentType}\n${canonicalJson(select(body.value))}`)
+      .update(`json-fields\n${input.method} ${input.url}\n${input.contentType}\n${comparedJson(select(body.value))}`)
       .digest('hex');
   };
+}
+
+/**
+ * The canonical JSON (keys sorted at every depth) of a parsed body. `JSON.parse` gives ±Infinity for a number too
+ * large for a double (`1e400`), which JSON writes as `null`: when there is one, the text is followed by what each
+ * `null` written stands for, so that `1e400`, `-1e400` and `null` differ as they do for the handler. Any other body
+ * keeps the text of earlier versions, and so the fingerprints of stored records.
+ */
+function comparedJson(value: unknown): string {
+  const nulls: string[] = [];
+  const text = JSON.stringify(value, (_key, nested: unknown) => {
+    if (nested === null || nested === Infinity || nested === -Infinity) nulls.push(String(nested));
+    return withSortedKeys(nested);
+  });
+  // Canonical JSON holds no line break, so the appended line cannot be mistaken for any body's text.
+  return nulls.some((written) => written !== 'null') ? `${text}\n${nulls.join(' ')}` : text;
 }
 
 /** Whether a media type is JSON: `application/json`, or any type with the `+json` suffix (`application/merge-patch+json`). */

@@ -2,6 +2,7 @@ import { type ExecutionContext, HttpException } from '@nestjs/common';
 import { describedValue } from '../protocol/described-value.js';
 import { IdempotencyAccountUnresolvedError } from '../protocol/idempotency.errors.js';
 import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
+import { scopeTextFault } from '../protocol/scope-values.js';
 import type { HttpRequest } from './http-platform.js';
 import { endpointOf } from './idempotency-http.js';
 import type { OnceLog } from './once-log.js';
@@ -25,8 +26,12 @@ export async function accountOf(
     if (error instanceof HttpException) throw error;
     throw accountUnresolved(context, request, log, `it threw ${error}`);
   }
-  if ((typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) || account === '') {
+  if (typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) {
     throw accountUnresolved(context, request, log, `it returned ${describedValue(account)}`);
+  }
+  const fault = scopeTextFault(String(account));
+  if (fault !== undefined) {
+    throw accountUnresolved(context, request, log, `it returned ${describedValue(account)} (${fault})`);
   }
   return String(account);
 }

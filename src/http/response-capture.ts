@@ -1,6 +1,7 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { HttpResponse } from './http-platform.js';
+import { CODING_HEADERS, contentCodingsOf, unstorableCoding } from './content-coding.js';
 
 /** What was sent: the whole response, or why it could not be stored. */
 export type SentResponse = { captured: true; response: StoredResponse } | { captured: false; reason: string };
@@ -58,17 +59,26 @@ export function captureResponse(
     res.writeHead = originalWriteHead;
     res.flushHeaders = originalFlushHeaders;
   };
-  /** Sends `response` in place of what was written, keeping the headers every response gets (CORS, request ids). */
+  /**
+   * Sends `response` in place of what was written, keeping the headers every response gets (CORS, request ids), not
+   * those that describe the body it replaces (its type, length, coding and entity tag).
+   */
   const sendInstead = (response: StoredResponse, kept: OutgoingHttpHeaders) => {
     if (res.headersSent) {
       res.destroy();
       return;
     }
-    const { 'content-type': _type, 'content-length': _length, etag: _etag, ...common } = kept;
+    const {
+      'content-type': _type,
+      'content-length': _length,
+      'content-encoding': _coding,
+      etag: _etag,
+      ...common
+    } = kept;
     res.statusMessage = ''; // the standard phrase of the replacement's status, not the handler's
     setStatusAndHeaders(res, {
       status: response.status,
-      headers: { ...common, ...response.headers, 'content-length': String(response.body.length) },
+      headers: { ...common, ...response.headers, ...lengthHeaderOf(response) },
     });
     (originalEnd as (chunk: Buffer) => ServerResponse).call(res, response.body);
   };
@@ -146,11 +156,20 @@ export function captureResponse(
 export function sendSealed(target: HttpResponse, response: StoredResponse): void {
   const res = target.raw;
   res.statusCode = response.status;
-  for (const [name, value] of Object.entries(response.headers)) res.setHeader(name, value);
-  res.setHeader('content-length', String(response.body.length));
+  for (const [name, value] of Object.entries({ ...response.headers, ...lengthHeaderOf(response) })) {
+    res.setHeader(name, value);
+  }
   res.end(response.body);
   silenceWrites(target);
   sealHeaders(res);
+}
+
+/**
+ * The `Content-Length` of a response sent whole, as the platforms send it: none on a 204 or a 304, which have no body
+ * (RFC 9110 forbids it on a 204; on a 304 it would tell the length of a body that is not sent).
+ */
+function lengthHeaderOf({ status, body }: StoredResponse): { 'content-length'?: string } {
+  return status === 204 || status === 304 ? {} : { 'content-length': String(body.length) };
 }
 
 /**
@@ -236,10 +255,15 @@ function describeSent(
   if (body.length > options.maxBodyBytes) {
     return { captured: false, reason: `the response body is larger than ${options.maxBodyBytes} bytes` };
   }
-  return {
-    captured: true,
-    response: { status: head.status, headers: pickHeaders(head.headers, options.storedHeaders), body },
-  };
+  const headers = pickHeaders(head.headers, options.storedHeaders);
+  // A coded body (a compression plugin's) is stored as it was sent, with its coding, if every replay can be read.
+  const codings = contentCodingsOf(head.headers['content-encoding']);
+  if (codings.length > 0) {
+    const reason = unstorableCoding(body, codings, options.maxBodyBytes);
+    if (reason !== undefined) return { captured: false, reason };
+    Object.assign(headers, pickHeaders(head.headers, CODING_HEADERS));
+  }
+  return { captured: true, response: { status: head.status, headers, body } };
 }
 
 function toBuffer(chunk: unknown, encoding: BufferEncoding | undefined): Buffer | undefined {

@@ -67,9 +67,11 @@ export async function checkRecordsTable(dataSource: DataSource, tableName: strin
     [table.oid, SCOPE_COLUMNS.length, [...SCOPE_COLUMNS].sort()],
   );
   if (key.n === 0) {
+    const columns = SCOPE_COLUMNS.join(', ');
     throw new IdempotencySetupError(
-      `The idempotency table "${tableName}" has no primary key (or unique index) on (${SCOPE_COLUMNS.join(', ')}), ` +
-        `which makes a key's claim atomic. ${howToCreate(tableName)}`,
+      `The idempotency table "${tableName}" has no primary key (or unique index) on (${columns}), which makes a ` +
+        "key's claim atomic (a partial, deferrable or invalid one does not count: the claim's ON CONFLICT cannot use " +
+        `it). Add it: \`ALTER TABLE ${quoteTableName(tableName)} ADD PRIMARY KEY (${columns})\`. ${howToCreate(tableName)}`,
     );
   }
 }

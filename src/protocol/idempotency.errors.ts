@@ -5,6 +5,7 @@ export type IdempotencyErrorCode =
   | 'idempotency_body_unsupported'
   | 'idempotency_misconfigured'
   | 'idempotency_account_unresolved'
+  | 'idempotency_operation_invalid'
   | 'idempotency_key_reuse'
   | 'request_in_progress'
   | 'idempotency_store_unavailable'
@@ -71,6 +72,22 @@ export class IdempotencyAccountUnresolvedError extends IdempotencyError {
     super(
       'idempotency_account_unresolved',
       'This server could not tell which account the request belongs to, so the request was not processed.',
+    );
+  }
+}
+
+/**
+ * An `execute()` operation whose name, key or account cannot scope a record (a key the HTTP edge would refuse, say):
+ * refused before anything is claimed, and for good, since its retries would be refused alike.
+ */
+export class IdempotencyOperationInvalidError extends IdempotencyError {
+  constructor(
+    readonly field: 'name' | 'key' | 'account',
+    reason: string,
+  ) {
+    super(
+      'idempotency_operation_invalid',
+      `The operation's ${field} is invalid: ${reason}. Nothing was claimed, and retrying will not help.`,
     );
   }
 }

@@ -3,6 +3,7 @@ import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnModu
 import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
+  IdempotencyOperationInvalidError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
@@ -19,6 +20,7 @@ import {
 } from './idempotency-policy.js';
 import { canonicalJson } from '../shared/canonical-json.js';
 import { runWithin } from './current-run.js';
+import { describedValue } from './described-value.js';
 import type { ProtocolModuleOptions, ProtocolIdempotentOptions } from './idempotency-options.interface.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { IdempotencyRun } from './idempotency-run.js';
@@ -38,6 +40,7 @@ import { InFlightWait } from './in-flight-wait.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { type AttemptOutcome, OutcomeWriter } from './outcome-writer.js';
 import { describeScope, withTimeout } from './store-bounds.js';
+import { keyFault, scopeTextFault } from './scope-values.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision =
@@ -45,11 +48,14 @@ export type IdempotencyDecision =
 
 /** An operation outside HTTP (a queue message, a cron run, a workflow step) and its key. */
 export interface IdempotentOperation {
-  /** What the operation is, e.g. `payout`: keys are scoped by it, like HTTP keys by endpoint. */
+  /** What the operation is, e.g. `payout`: keys are scoped by it, like HTTP keys by endpoint. Not empty. */
   name: string;
-  /** The operation's key: created once where the intent is formed, and persisted with it. */
+  /**
+   * The operation's key: created once where the intent is formed, and persisted with it. 1..255 visible ASCII
+   * characters, as an HTTP key.
+   */
   key: string;
-  /** The tenant, as for HTTP. Default: none. */
+  /** The tenant, as for HTTP (not empty). Default: none. */
   account?: string;
   /**
    * What the operation does: the same key with another input is refused. Plain objects, arrays, strings, finite
@@ -334,9 +340,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * Runs `work` once per operation key, for callers that are not HTTP requests, with the same claim,
    * fingerprint comparison, lease, TTL and (with `transactional: true`) transaction as the HTTP routes:
    * a completed operation returns its stored result; one still running throws `RequestInProgressError`;
-   * the same key with another input throws `IdempotencyKeyReuseError`; an input JSON cannot represent faithfully
-   * (a Map, a Set, a Date, `undefined`…) throws a `TypeError` naming where it is. A failing `work` releases the key
-   * (its transaction rolls back) and its error is rethrown. `work` sees its run in `IdempotencyContext` too.
+   * the same key with another input throws `IdempotencyKeyReuseError`; a name, key or account the HTTP edge would
+   * refuse too (an empty or 300-character key) throws `IdempotencyOperationInvalidError`, and an input JSON cannot
+   * represent faithfully (a Map, a Set, a Date, `undefined`…) a `TypeError` naming where it is, both before anything
+   * is claimed. A failing `work` releases the key (its transaction rolls back) and its error is rethrown. `work` sees
+   * its run in `IdempotencyContext` too.
    */
   async execute<T>(
     operation: IdempotentOperation,
@@ -344,7 +352,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     options: ProtocolIdempotentOptions = {},
   ): Promise<ExecuteResult<T>> {
     const policy = resolvePolicy(this.options, options);
-    const scope = { account: operation.account ?? '', endpoint: `operation ${operation.name}`, key: operation.key };
+    const scope = scopeOfOperation(operation);
     assertFaithfulJson(operation.input ?? null, 'input'); // before anything is claimed
     const fingerprint = createHash('sha256')
       .update(canonicalJson(operation.input ?? null))
@@ -411,6 +419,27 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.leases.start(run, policy);
     return run;
   }
+}
+
+/**
+ * The scope an operation is claimed under, `(account, "operation <name>", key)`. Its parts follow the HTTP edge's
+ * rules, so that what the database would refuse (a key too long for its column, a NUL character) is refused here,
+ * for good, rather than failing each claim as if the database were down, which a retrying job would retry for ever.
+ */
+function scopeOfOperation({ name, key, account }: IdempotentOperation): IdempotencyScope {
+  checkOperationPart('name', name, scopeTextFault);
+  checkOperationPart('key', key, keyFault);
+  if (account !== undefined) checkOperationPart('account', account, scopeTextFault);
+  return { account: account ?? '', endpoint: `operation ${name}`, key };
+}
+
+function checkOperationPart(
+  field: IdempotencyOperationInvalidError['field'],
+  value: unknown,
+  faultOf: (text: string) => string | undefined,
+): void {
+  const fault = typeof value === 'string' ? faultOf(value) : `it is ${describedValue(value)}, not a string`;
+  if (fault !== undefined) throw new IdempotencyOperationInvalidError(field, fault);
 }
 
 function parseResult<T>(response: StoredResponse): JsonResult<T> {

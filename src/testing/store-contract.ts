@@ -302,6 +302,25 @@ export function describeIdempotencyStoreContract(
         completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
       });
 
+      // A transaction's own clock stops at its start (PostgreSQL's now()): a TTL counted from there would be shortened
+      // by the run, and over before the outcome is stored for a run as long as the TTL.
+      it("counts the TTL of an outcome completed in a transaction from the completion, not from the transaction's start", async (subject) => {
+        const { store } = subject;
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        const transaction = await store.beginTransaction(5_000);
+        try {
+          await elapse(subject, 0.6);
+          assert.equal(await store.complete(claim, response, 1.2, transaction), true);
+          await transaction.commit();
+        } finally {
+          await transaction.rollback();
+        }
+        // Counted from the transaction's start, it would be 0.55 s at most; the margin is for a slow commit and claim.
+        const expiresIn = completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+        assert.ok(expiresIn > 0.8 && expiresIn <= 1.2, `expiresInSeconds ${expiresIn} is not within (0.8, 1.2]`);
+      });
+
       it('discards it when the transaction rolls back: the claim is still held by its attempt', async ({ store }) => {
         const scope = newScope();
         const claim = await claimed(store, scope, 'fp', LONG);
@@ -446,14 +465,7 @@ export function describeIdempotencyStoreContract(
         const live = newScope();
         await claimed(store, live, 'fp', LONG);
         await elapse(subject, 0.2);
-        const batches: number[] = [];
-        for (;;) {
-          const purged = await store.purgeExpired(2);
-          batches.push(purged);
-          assert.ok(purged <= 2, `purgeExpired(2) deleted ${purged} records`);
-          if (purged < 2) break;
-          assert.ok(batches.length < 10_000, 'purgeExpired(2) never ran out of records');
-        }
+        const batches = await purgedBatches(store, 2);
         const total = batches.reduce((sum, purged) => sum + purged, 0);
         assert.ok(total >= expired.length, `purged ${total} records in batches ${batches.join(', ')}`);
         for (const scope of expired) {
@@ -461,8 +473,35 @@ export function describeIdempotencyStoreContract(
         }
         assert.deepEqual(await store.claim(live, 'fp', randomUUID(), LONG), inProgress('fp'));
       });
+
+      // A claim abandoned by a crash keeps refusing other requests until its expiry, a TTL after its lease: deleted
+      // when its lease lapsed, it would let a request with another body run under its key.
+      it('deletes nothing before its expiry: a claim whose lease lapsed stays, and still refuses another request', async (subject) => {
+        const { store } = subject;
+        const lapsed = newScope();
+        await claimed(store, lapsed, 'fp', SHORT_LEASE);
+        const completed = newScope();
+        await store.complete(await claimed(store, completed, 'fp', LONG), response, 60);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        await purgedBatches(store, 1000);
+        assert.deepEqual(await store.claim(lapsed, 'another request', randomUUID(), LONG), inProgress('fp'));
+        assert.deepEqual(await store.claim(lapsed, 'fp', randomUUID(), LONG), { claimed: true, takeover: true });
+        completedWith(await store.claim(completed, 'fp', randomUUID(), LONG), 'fp', response);
+      });
     });
   });
+}
+
+/** Purges batch after batch until one comes back short of `batchSize`; returns how many each deleted. */
+async function purgedBatches(store: IdempotencyStore, batchSize: number): Promise<number[]> {
+  const batches: number[] = [];
+  for (;;) {
+    const purged = await store.purgeExpired(batchSize);
+    batches.push(purged);
+    assert.ok(purged <= batchSize, `purgeExpired(${batchSize}) deleted ${purged} records`);
+    if (purged < batchSize) return batches;
+    assert.ok(batches.length < 10_000, `purgeExpired(${batchSize}) never ran out of records`);
+  }
 }
 
 function globalRunner(): ContractTestRunner {

@@ -106,6 +106,21 @@ describe('a route fingerprinted on chosen JSON fields', () => {
     expect(controller.runsOf('excluding')).toBe(runs);
   });
 
+  it('tells an amount of 1e400 from null and -1e400 (the handler gets Infinity, null, -Infinity): 422', async () => {
+    const key = randomUUID();
+    const withAmount = (amount: string) => `{"amount":${amount},"customer":{"id":"cus_1"}}`;
+    const first = await send('excluding', key, withAmount('1e400')).expect(201);
+    const runs = controller.runsOf('excluding');
+    for (const other of ['null', '-1e400']) {
+      const reuse = await send('excluding', key, withAmount(other)).expect(422);
+      expect(reuse.body.error).toBe('idempotency_key_reuse');
+    }
+    const replay = await send('excluding', key, withAmount('1e400')).expect(201);
+    expect(replay.headers['idempotent-replay']).toBe('true');
+    expect(replay.text).toBe(first.text);
+    expect(controller.runsOf('excluding')).toBe(runs);
+  });
+
   it('with include, replays a retry whose other fields changed and refuses one whose included field changed', async () => {
     const key = randomUUID();
     const first = await send('including', key, order).expect(201);

@@ -1,14 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { Readable } from 'node:stream';
-import { createGzip } from 'node:zlib';
 import { Controller, type INestApplication, Post, Res, Version, VersioningType } from '@nestjs/common';
 import request from 'supertest';
 import { Idempotent } from '../../src/index.js';
 import { PLATFORMS } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp } from '../support/test-app.js';
-import { waitFor } from '../support/wait-for.js';
 
 // Review of issue 11 (adversarial): edges of the HTTP platforms that the other suites do not reach.
 
@@ -28,18 +24,6 @@ class VersionedController {
   @Version('2')
   createV2() {
     return { version: 2, run: (this.runs.v2 += 1) };
-  }
-}
-
-/** A response big enough for a compression plugin to compress it. */
-@Controller('big')
-@Idempotent()
-class BigController {
-  runs = 0;
-
-  @Post()
-  create() {
-    return { run: (this.runs += 1), padding: 'x'.repeat(4096) };
   }
 }
 
@@ -107,73 +91,6 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       expect((await post('1').expect(201)).body).toEqual({ version: 1, run: 1 });
       expect((await post('2').expect(201)).body).toEqual({ version: 2, run: 1 });
     });
-  });
-});
-
-describe('on fastify, with a compression plugin (an onSend hook that returns a stream, as @fastify/compress does)', () => {
-  const logger = new RecordingLogger();
-  let app: INestApplication;
-  let url: string;
-
-  beforeAll(async () => {
-    ({ app, url } = await startTestApp({
-      platform: 'fastify',
-      database: db,
-      idempotency: { singleTenant: true },
-      controllers: [BigController],
-      logger,
-      configure: (app) => {
-        // What @fastify/compress does for a payload over its threshold (1 KiB) when the client accepts gzip.
-        const fastify = app.getHttpAdapter().getInstance() as {
-          addHook(
-            name: 'onSend',
-            hook: (
-              request: { headers: Record<string, string | undefined> },
-              reply: { header(name: string, value: string): unknown; removeHeader(name: string): unknown },
-              payload: unknown,
-            ) => Promise<unknown>,
-          ): void;
-        };
-        fastify.addHook('onSend', async (request, reply, payload) => {
-          if (!/gzip/.test(request.headers['accept-encoding'] ?? '') || typeof payload !== 'string') return payload;
-          if (payload.length < 1024) return payload;
-          reply.header('content-encoding', 'gzip');
-          reply.removeHeader('content-length');
-          return Readable.from([Buffer.from(payload)]).pipe(createGzip());
-        });
-      },
-    }));
-  });
-
-  afterAll(async () => {
-    await app?.close();
-  });
-
-  // Fastify writes the compressed stream chunk by chunk, as a handler's stream: the module cannot store it, releases
-  // the claim and says why (README, "On Fastify": keep compression off idempotent routes, or compress at a proxy).
-  // On Express, the `compression` middleware wraps res.end below the module's capture, which stores the plain body.
-  it('is not stored, like a streamed response: the claim is released, and the warning names the plugin', async () => {
-    const key = randomUUID();
-    const post = () =>
-      request(url).post('/big').set('Idempotency-Key', key).set('Accept-Encoding', 'gzip').send({ amount: 1 }); // supertest gunzips the body
-    const first = await post().expect(201);
-    expect(first.headers['content-encoding']).toBe('gzip');
-    expect(first.body).toMatchObject({ run: 1 });
-    await waitFor(
-      async () =>
-        (await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key])).length === 0
-          ? true
-          : undefined,
-      'the claim to be released',
-    );
-    const retry = await post().expect(201);
-    expect(retry.headers['idempotent-replay']).toBeUndefined();
-    expect(app.get(BigController).runs).toBe(2);
-    expect(logger.warnings).toEqual([
-      expect.stringContaining(
-        'are not stored for replay (the response is streamed, by the handler or by a plugin such as compression',
-      ),
-    ]);
   });
 });
 

@@ -55,6 +55,14 @@ class ChargesController {
     this.runs += 1;
     return {};
   }
+
+  /** A route whose resolver gives an account the records table cannot hold (PostgreSQL refuses a NUL character). */
+  @Post('nul-account')
+  @Idempotent({ accountResolver: () => 'acct\0' })
+  nulAccount() {
+    this.runs += 1;
+    return {};
+  }
 }
 
 /** The quick start's resolver, which reads the user a guard sets: these routes have no guard. */
@@ -464,6 +472,21 @@ describe('requests the module answers itself', () => {
     expect(app.get(ChargesController).runs).toBe(0);
     expect(errorsAbout('(POST /charges/no-account)')).toEqual([
       expect.stringMatching(/ChargesController\.noAccount \(POST \/charges\/no-account\): it returned the string ""/),
+    ]);
+  });
+
+  it('an account with a NUL character is a 500 of the module, not a 503 the client would retry for ever', async () => {
+    const before = await recordCount();
+    const response = await request(app.getHttpServer())
+      .post('/charges/nul-account')
+      .set('Idempotency-Key', randomUUID())
+      .send({});
+    expect(response.status).toBe(500);
+    expect(response.body.error).toBe('idempotency_account_unresolved');
+    expect(app.get(ChargesController).runs).toBe(0);
+    expect(await recordCount()).toBe(before);
+    expect(errorsAbout('(POST /charges/nul-account)')).toEqual([
+      expect.stringContaining('it returned the string "acct\\u0000" (it holds a NUL character)'),
     ]);
   });
 });

@@ -1,6 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
-import { IdempotencyKeyReuseError, IdempotencyService, RequestInProgressError } from '../../src/index.js';
+import {
+  IdempotencyKeyReuseError,
+  IdempotencyOperationInvalidError,
+  IdempotencyService,
+  InMemoryIdempotencyStore,
+  RequestInProgressError,
+} from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -27,6 +33,9 @@ afterAll(async () => {
   await context?.close();
   await db?.drop();
 });
+
+/** The same service on the in-memory store, which takes any text as PostgreSQL's would not. */
+const inMemoryService = new IdempotencyService(new InMemoryIdempotencyStore(), { singleTenant: true });
 
 const payout = (key: string, input: object = { amount: 100 }) => ({ name: 'payout', account: 'acct_1', key, input });
 
@@ -146,6 +155,63 @@ describe('IdempotencyService.execute', () => {
     }));
     expect(result).toMatchObject({ sameRun: true, key });
     expect(result.derived).toMatch(/^[A-Za-z0-9_-]{43}$/);
+  });
+});
+
+// What the HTTP edge refuses in a key, an account or an endpoint reached the database through execute() (a key too
+// long for its column, a NUL character), failing each claim as if the database were down: retryable, so a job
+// retried it for ever, while the in-memory store took it.
+describe.each([
+  ['PostgreSQL', () => service],
+  ['in-memory', () => inMemoryService],
+])('IdempotencyService.execute on the %s store', (_store, serviceOf) => {
+  it.each([
+    ['an empty key', { key: '' }, 'key', 'it is empty'],
+    ['a 300-character key', { key: 'k'.repeat(300) }, 'key', 'it is longer than 255 characters'],
+    [
+      'a key with a NUL character',
+      { key: 'order\0-42' },
+      'key',
+      'it may only hold visible ASCII characters (no spaces)',
+    ],
+    ['a key with a space', { key: 'order 42' }, 'key', 'it may only hold visible ASCII characters (no spaces)'],
+    ['a key that is not a string', { key: 42 }, 'key', 'it is the number 42, not a string'],
+    ['an empty name', { name: '' }, 'name', 'it is empty'],
+    ['a name with a NUL character', { name: 'pay\0out' }, 'name', 'it holds a NUL character'],
+    ['an empty account', { account: '' }, 'account', 'it is empty'],
+    ['an account with a NUL character', { account: 'acct\0' }, 'account', 'it holds a NUL character'],
+    [
+      'an account with a lone surrogate',
+      { account: 'acct\ud800' },
+      'account',
+      'it holds a lone surrogate (not well-formed Unicode)',
+    ],
+  ])('refuses %s for good, before anything is claimed', async (_case, change, field, reason) => {
+    const before = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records');
+    let runs = 0;
+    const refusal = serviceOf()
+      .execute({ ...payout(randomUUID()), ...(change as object) }, async () => (runs += 1))
+      .catch((error: unknown) => error);
+    const error = (await refusal) as IdempotencyOperationInvalidError;
+    expect(error).toBeInstanceOf(IdempotencyOperationInvalidError);
+    expect(error).toMatchObject({ code: 'idempotency_operation_invalid', field, retryAfterSeconds: undefined });
+    expect(error.message).toBe(
+      `The operation's ${field} is invalid: ${reason}. Nothing was claimed, and retrying will not help.`,
+    );
+    expect(runs).toBe(0);
+    await expect(db.query('SELECT count(*)::int AS n FROM idempotency_records')).resolves.toEqual(before);
+    expect(logger.errors).toEqual([]);
+  });
+
+  it('takes a 255-character key, an account without one and another with one, as the HTTP edge does', async () => {
+    const key = 'k'.repeat(255);
+    const { account: _none, ...withoutAccount } = payout(key);
+    for (const operation of [payout(key), withoutAccount]) {
+      await expect(serviceOf().execute(operation, async () => 'paid')).resolves.toEqual({
+        result: 'paid',
+        replayed: false,
+      });
+    }
   });
 });
 

@@ -1,5 +1,5 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
-import { type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { IdempotencyKeyReuseError, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { startTestContext } from '../support/test-app.js';
@@ -58,6 +58,25 @@ describe('IdempotencyService.purgeExpired', () => {
     await insertRecords(3, '1 hour');
     await expect(service.purgeExpired()).resolves.toBe(25);
     expect(await remaining()).toBe(3);
+  });
+
+  it('keeps a claim abandoned by a crash until its expiry: the same key with another input is refused, not run', async () => {
+    const service = await startModule({ purgeIntervalSeconds: false });
+    // Claimed by a process that died: its lease lapsed a minute ago, its expiry (a TTL after the lease) is to come.
+    await db.query(
+      `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at,
+                                        locked_until, expires_at)
+       VALUES ('acct', 'operation payout', 'abandoned', 'fp', 'in_progress', gen_random_uuid(), now() - interval '2 minutes',
+               now() - interval '1 minute', now() + interval '1 hour')`,
+    );
+    await service.purgeExpired();
+    await expect(
+      db.query('SELECT status FROM idempotency_records WHERE idempotency_key = $1', ['abandoned']),
+    ).resolves.toEqual([{ status: 'in_progress' }]);
+    let runs = 0;
+    const another = { name: 'payout', account: 'acct', key: 'abandoned', input: { amount: 999 } };
+    await expect(service.execute(another, async () => (runs += 1))).rejects.toBeInstanceOf(IdempotencyKeyReuseError);
+    expect(runs).toBe(0);
   });
 });
 

@@ -218,6 +218,23 @@ describe('the check at start-up', () => {
     await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
   });
 
+  // ON CONFLICT (account, endpoint, idempotency_key) cannot use a partial index as its arbiter: every claim would fail
+  // and every request be answered 503.
+  it('refuses a table whose only unique index on the scope is partial, naming the key to add', async () => {
+    const before = async () => {
+      await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
+      await db.query(
+        "CREATE UNIQUE INDEX records_scope ON idempotency_records (account, endpoint, idempotency_key) WHERE status <> 'x'",
+      );
+    };
+    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
+      'The idempotency table "idempotency_records" has no primary key (or unique index) on (account, endpoint, ' +
+        "idempotency_key), which makes a key's claim atomic (a partial, deferrable or invalid one does not count: the " +
+        "claim's ON CONFLICT cannot use it). Add it: " +
+        '`ALTER TABLE "idempotency_records" ADD PRIMARY KEY (account, endpoint, idempotency_key)`.',
+    );
+  });
+
   it('accepts a unique index on the scope in place of the primary key, in any column order', async () => {
     const before = async () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');

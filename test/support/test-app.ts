@@ -90,7 +90,7 @@ export interface TestAppOptions {
   /** Fastify's own options (`handlerTimeout`), on Fastify. */
   fastify?: ConstructorParameters<typeof FastifyAdapter>[0];
   /** What the spec sets on the application before it starts: global interceptors, filters, versioning, hooks. */
-  configure?: (app: INestApplication) => void;
+  configure?: (app: INestApplication) => unknown;
   /**
    * Listen on a free port of 127.0.0.1 (`url`). Default: true. Else the application is only initialised (Fastify
    * made ready), for `request(app.getHttpServer())`.
@@ -165,7 +165,7 @@ export async function startTestApp(options: TestModuleOptions & TestAppOptions):
   const { moduleRef, logger } = await compileTestModule(options);
   const platform = options.platform ?? 'express';
   const app = createPlatformApp(moduleRef, platform, { rawBody: true, logger, ...options.appOptions }, options.fastify);
-  options.configure?.(app);
+  await options.configure?.(app);
   let url: string | undefined;
   if (options.listen ?? true) {
     await app.listen(0, '127.0.0.1');

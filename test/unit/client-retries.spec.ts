@@ -1,3 +1,5 @@
+import { createServer, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
 import {
   backoffMs,
   createIdempotencyKey,
@@ -117,12 +119,33 @@ describe('withRetries', () => {
 
   it('retries network errors, and throws the last one when the attempts run out', async () => {
     const clock = fakeClock();
-    const dropped = new TypeError('fetch failed');
+    // As Node's fetch rejects when the connection is reset.
+    const dropped = new TypeError('fetch failed', {
+      cause: Object.assign(new Error('read ECONNRESET'), { code: 'ECONNRESET' }),
+    });
     const recovered = scripted(dropped, answer(201));
     await expect(withRetries(recovered.send, clock)).resolves.toHaveProperty('status', 201);
     const { send, sent } = scripted(dropped, dropped, dropped);
     await expect(withRetries(send, { ...clock, attempts: 3 })).rejects.toBe(dropped);
     expect(sent).toEqual([1, 2, 3]);
+  });
+
+  it.each(['Failed to fetch', 'NetworkError when attempting to fetch resource.', 'Load failed'])(
+    "retries a browser's network error, which has no cause: %p",
+    async (message) => {
+      const { send, sent } = scripted(new TypeError(message), answer(201));
+      await expect(withRetries(send, fakeClock())).resolves.toHaveProperty('status', 201);
+      expect(sent).toEqual([1, 2]);
+    },
+  );
+
+  it('throws any other error at once', async () => {
+    const clock = fakeClock();
+    const mistake = new TypeError('fetch failed', { cause: new Error('unknown scheme') });
+    const { send, sent } = scripted(mistake, answer(201));
+    await expect(withRetries(send, clock)).rejects.toBe(mistake);
+    expect(sent).toEqual([1]);
+    expect(clock.waits).toEqual([]);
   });
 
   it('returns the last retryable answer after the last attempt', async () => {
@@ -168,7 +191,7 @@ describe('idempotentFetch', () => {
     const keys: Array<string | null> = [];
     const fakeFetch = (async (_input: unknown, init?: RequestInit) => {
       keys.push(new Headers(init?.headers).get('Idempotency-Key'));
-      if (keys.length === 1) throw new TypeError('connection reset');
+      if (keys.length === 1) throw new TypeError('Failed to fetch'); // as Chromium's fetch rejects on a lost connection
       return answer(201, { id: 'ch_1' }, { 'idempotent-replay': 'true' });
     }) as typeof fetch;
     const result = await idempotentFetch('http://api.test/v1/charges', {
@@ -178,6 +201,74 @@ describe('idempotentFetch', () => {
     });
     expect(result).toMatchObject({ replayed: true, attempts: 2 });
     expect(keys).toEqual([result.idempotencyKey, result.idempotencyKey]);
+  });
+});
+
+// Node's own fetch against a real local server: the shapes of its errors decide what is retried.
+describe("idempotentFetch on Node's fetch", () => {
+  let server: Server;
+  let url: string;
+  let requests = 0;
+
+  beforeAll(async () => {
+    // Closes the connection of every other request without an answer (a response lost on the wire), answers the rest.
+    server = createServer((request, response) => {
+      requests += 1;
+      if (requests % 2 === 1) request.socket.destroy();
+      else response.writeHead(201, { 'content-type': 'application/json' }).end('{"id":"ch_1"}');
+    });
+    await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+    url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1/charges`;
+  });
+
+  afterAll(async () => {
+    await new Promise((resolve) => server.close(resolve));
+  });
+
+  /** A port on which nothing listens: one the system gave a server that has since closed. */
+  async function closedPort(): Promise<number> {
+    const closed = createServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const { port } = closed.address() as AddressInfo;
+    await new Promise((resolve) => closed.close(resolve));
+    return port;
+  }
+
+  it('retries a request whose connection closed without an answer, and gets the answer', async () => {
+    const clock = fakeClock();
+    const result = await idempotentFetch(url, { method: 'POST', body: '{}', retry: { ...clock, random: () => 0 } });
+    expect(result.response.status).toBe(201);
+    expect(result.attempts).toBe(2);
+  });
+
+  it('retries a refused connection until the attempts run out, then throws what fetch threw', async () => {
+    const clock = fakeClock();
+    const refused = idempotentFetch(`http://127.0.0.1:${await closedPort()}/v1/charges`, {
+      method: 'POST',
+      retry: { ...clock, attempts: 3 },
+    });
+    await expect(refused).rejects.toMatchObject({
+      name: 'TypeError',
+      message: 'fetch failed',
+      cause: { code: 'ECONNREFUSED' },
+    });
+    expect(clock.waits).toHaveLength(2);
+  });
+
+  it.each([
+    ['an invalid URL', 'htp:/bad url', {}],
+    ['a relative URL', '/v1/charges', {}],
+    ['a port fetch refuses to use', 'http://127.0.0.1:1/v1/charges', {}],
+    ['an invalid header name', 'http://127.0.0.1/v1/charges', { headers: { 'idempotency key': 'k' } }],
+    ['a GET with a body', 'http://127.0.0.1/v1/charges', { method: 'GET', body: '{}' }],
+    ['a method fetch does not support', 'http://127.0.0.1/v1/charges', { method: 'CONNECT' }],
+  ])('throws the TypeError of %s at once, without a retry', async (_case, input, init) => {
+    const clock = fakeClock();
+    const retried: unknown[] = [];
+    const sending = idempotentFetch(input, { ...init, retry: { ...clock, onRetry: (retry) => retried.push(retry) } });
+    await expect(sending).rejects.toHaveProperty('name', 'TypeError'); // of Node's realm, not the test's
+    expect(retried).toEqual([]);
+    expect(clock.waits).toEqual([]);
   });
 });
 

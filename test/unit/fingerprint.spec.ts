@@ -98,6 +98,16 @@ describe('jsonFieldsFingerprint', () => {
       expect(fingerprint(jsonRequest(body))).not.toBe(fingerprint(jsonRequest(order)));
     });
 
+    it('tells 1e400, -1e400 and null apart, as the handler does (JSON.parse gives Infinity, -Infinity, null)', () => {
+      const withAmount = (amount: string, id = '"cus_1"') =>
+        fingerprint(jsonRequest(`{"amount":${amount},"currency":"eur","customer":{"id":${id}}}`));
+      const fingerprints = [withAmount('1e400'), withAmount('-1e400'), withAmount('null')];
+      expect(new Set(fingerprints).size).toBe(3);
+      expect(withAmount('2e400')).toBe(withAmount('1e400')); // both parse to Infinity
+      // Which null was a number too large, not only how many.
+      expect(withAmount('1e400', 'null')).not.toBe(withAmount('null', '1e400'));
+    });
+
     it.each([
       ['a form', 'application/x-www-form-urlencoded', 'amount=1200&currency=eur'],
       ['no body', 'application/json', ''],
@@ -183,6 +193,35 @@ describe('jsonFieldsFingerprint', () => {
     expect(make).toThrow(type);
     expect(make).toThrow(message);
     expect(make).toThrow(/^Idempotency option fingerprint: jsonFieldsFingerprint\(\)/);
+  });
+
+  // Fingerprints are stored with records: a version that computed others would refuse every retry across the upgrade.
+  it.each([
+    [
+      '{"amount":1200,"currency":"eur","traceId":"t-1"}',
+      '692d76348a46a40a22c615eac4df43fe08dc3c76a17f876818deac4f3db7c33d',
+      'd6884119763c130fa62bd95492edb03e3a36d22c24826c1f9e115f96e69b5a2a',
+    ],
+    [
+      '{"b":[1,2.5,-3e-7,{"z":null,"a":true}],"10":"x","9":false,"é":"ü\\u0000","":{}}',
+      'c7ea62cd7309643b72c66bb4f74edb655a0eb924ecbc8ab27ccdd4dd63018359',
+      '7a423e3b89cc31dfa021fa9cdeaa120a1ba3bdd251f32f1ba01266ab0debbf1c',
+    ],
+    [
+      '[null,"Infinity",12345678901234567890]',
+      'a564b3955d012222957f59c09194d62467846fcca9a290565779252ef376d11b',
+      'a564b3955d012222957f59c09194d62467846fcca9a290565779252ef376d11b',
+    ],
+    [
+      '{"amount":1200,"customer":{"id":"cus_1","name":"Ada"}}',
+      '5cf8b49733df23a311882c69d126feebc53febd482f4adcc3f40d276507c0154',
+      'b59160ff132829c8f674149e88a01783d2224e645bd93fbe548285865f59c541',
+    ],
+  ])('keeps the fingerprint of earlier versions for %s', (body, excludingTraceId, includingAmountAndCustomerId) => {
+    const request = { method: 'POST', url: '/v1/orders?expand=items', contentType: 'application/json' };
+    const input = { ...request, body: Buffer.from(body) };
+    expect(jsonFieldsFingerprint({ exclude: ['traceId'] })(input)).toBe(excludingTraceId);
+    expect(jsonFieldsFingerprint({ include: ['amount', 'customer.id'] })(input)).toBe(includingAmountAndCustomerId);
   });
 
   it('plugs into the fingerprint option of a route', () => {
