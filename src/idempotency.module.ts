@@ -4,7 +4,10 @@ import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
 import { HttpPlatformCheck } from './http/http-platform-check.js';
 import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
-import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
+import { HttpTransport } from './http/http-transport.js';
+import { IdempotencyInterceptor } from './protocol/idempotency.interceptor.js';
+import { IDEMPOTENCY_TRANSPORTS } from './protocol/idempotency.tokens.js';
+import type { IdempotencyTransport } from './protocol/idempotency-transport.interface.js';
 import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
@@ -19,6 +22,13 @@ import { IdempotencyService } from './protocol/idempotency.service.js';
     IdempotencyService,
     IdempotencyContext,
     HttpPlatformCheck,
+    HttpTransport,
+    // The transports served, one per kind of call: a transport is added here, beside HTTP.
+    {
+      provide: IDEMPOTENCY_TRANSPORTS,
+      inject: [HttpTransport],
+      useFactory: (...transports: IdempotencyTransport[]) => transports,
+    },
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
   ],

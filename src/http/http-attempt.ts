@@ -10,7 +10,7 @@ import type { IdempotencyRun } from '../protocol/idempotency-run.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import type { AttemptOutcome } from '../protocol/outcome-writer.js';
-import { errorResponse } from './idempotency-http.js';
+import { errorResponse } from './http-answers.js';
 import type { HttpPlatform, HttpResponse } from './http-platform.js';
 import type { HttpRoutePolicy } from './http-policy.js';
 import { HandlerWork } from './handler-work.js';

@@ -2,7 +2,7 @@ import { type HttpServer, Inject, Injectable, type OnModuleInit } from '@nestjs/
 import { HttpAdapterHost } from '@nestjs/core';
 import { IDEMPOTENT_ROUTES_TRACKED } from './http.constants.js';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
-import { RAW_BODY_SETTING } from './idempotency-http.js';
+import { RAW_BODY_SETTING } from './http-request-reading.js';
 import { isSupportedHttpPlatform } from './http-platform.js';
 
 /**

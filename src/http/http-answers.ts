@@ -1,0 +1,60 @@
+import { HttpException } from '@nestjs/common';
+import type { IdempotencyError, IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { HttpResponse } from './http-platform.js';
+import { sendSealed } from './response-capture.js';
+
+// What the HTTP edge answers itself: a replay, and its refusals (their status, body and Retry-After).
+
+/** The HTTP status of each refusal: the client's fault (4xx), the server's set-up (500), or try again later (409, 503). */
+const HTTP_STATUS: Record<IdempotencyErrorCode, number> = {
+  idempotency_key_required: 400,
+  idempotency_key_invalid: 400,
+  idempotency_body_unsupported: 415,
+  idempotency_misconfigured: 500,
+  idempotency_account_unresolved: 500,
+  idempotency_operation_invalid: 500, // only execute() throws it: a mistake of the server's own code
+  idempotency_key_reuse: 422,
+  request_in_progress: 409,
+  idempotency_store_unavailable: 503,
+  idempotency_shutting_down: 503,
+};
+
+export function httpStatusOf(error: IdempotencyError): number {
+  return HTTP_STATUS[error.code];
+}
+
+/** The JSON body of a refusal: `{ statusCode, error, message }`, `error` being the stable code. */
+export function httpBodyOf(error: IdempotencyError): { statusCode: number; error: string; message: string } {
+  return { statusCode: httpStatusOf(error), error: error.code, message: error.message };
+}
+
+/**
+ * The refusal as Nest's exception filters expect an HTTP error: an `HttpException` with the module's body, whose
+ * `cause` is the `IdempotencyError` (so that a filter of the application can tell which refusal it is).
+ */
+export function httpExceptionFor(error: IdempotencyError): HttpException {
+  return new HttpException(httpBodyOf(error), httpStatusOf(error), { cause: error });
+}
+
+/** On the Node.js response, which every platform merges into what it sends (an exception filter's answer, say). */
+export function setRetryAfter(response: HttpResponse, seconds: number): void {
+  if (!response.raw.headersSent) response.raw.setHeader('Retry-After', String(Math.ceil(seconds)));
+}
+
+/**
+ * Sends a stored response byte for byte, with the replay header. It is written here, not handed to Nest as a value:
+ * interceptors outside the module's (a `{ data }` wrapper, say) would map it again, although the stored bytes are
+ * already what they made of it the first time. Nest's own sending of the value that comes back is then ignored.
+ */
+export function sendReplay(response: HttpResponse, stored: StoredResponse, replayHeaderName: string): void {
+  response.syncHeaders();
+  sendSealed(response, { ...stored, headers: { ...stored.headers, [replayHeaderName.toLowerCase()]: 'true' } });
+}
+
+/** The response Nest's exception filter would send for `error`, for when the module must send it itself. */
+export function errorResponse(error: IdempotencyError): StoredResponse {
+  const headers: Record<string, string> = { 'content-type': 'application/json; charset=utf-8' };
+  if (error.retryAfterSeconds !== undefined) headers['retry-after'] = String(Math.ceil(error.retryAfterSeconds));
+  return { status: httpStatusOf(error), headers, body: Buffer.from(JSON.stringify(httpBodyOf(error))) };
+}

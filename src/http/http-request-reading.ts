@@ -1,0 +1,158 @@
+import { type ExecutionContext, HttpException } from '@nestjs/common';
+import { describedValue } from '../protocol/described-value.js';
+import {
+  IdempotencyAccountUnresolvedError,
+  IdempotencyBodyUnavailableError,
+  IdempotencyKeyInvalidError,
+  IdempotencyMisconfiguredError,
+} from '../protocol/idempotency.errors.js';
+import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
+import { keyFault, scopeTextFault } from '../protocol/scope-values.js';
+import type { FingerprintInput } from './http-options.interface.js';
+import type { HttpRequest } from './http-platform.js';
+import type { OnceLog } from './once-log.js';
+
+// Reading an idempotent HTTP request: its key, its account, its endpoint and what its fingerprint is computed from.
+
+/**
+ * Reads an idempotency key from its header value. Accepts a bare token or an RFC 8941 sf-string
+ * (`"abc"`, with `\"` and `\\` escapes); either way the key is 1..255 visible ASCII characters.
+ * Returns `undefined` when the header is absent; throws `IdempotencyKeyInvalidError` otherwise (an empty header
+ * too: a client bug, not a missing key).
+ */
+export function parseIdempotencyKey(
+  headerValue: string | string[] | undefined,
+  headerName: string,
+): string | undefined {
+  if (headerValue === undefined) return undefined;
+  // Node.js (under Express and Fastify alike) joins a header sent twice into one value with `, `, which no key
+  // holds (no spaces): `a, b`, or `, b` when the first was empty. An empty header alone is a key sent empty.
+  if (Array.isArray(headerValue) || headerValue.includes(', ')) {
+    throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once (or holds a comma-separated list)');
+  }
+  const key = headerValue.startsWith('"') ? unquoteStructuredString(headerValue, headerName) : headerValue;
+  const fault = keyFault(key);
+  if (fault !== undefined) throw new IdempotencyKeyInvalidError(headerName, fault);
+  return key;
+}
+
+function unquoteStructuredString(value: string, headerName: string): string {
+  let key = '';
+  for (let i = 1; i < value.length; i += 1) {
+    const char = value[i];
+    if (char === '\\') {
+      const escaped = value[i + 1];
+      if (escaped !== '"' && escaped !== '\\') {
+        throw new IdempotencyKeyInvalidError(headerName, 'a quoted key may only escape " and \\');
+      }
+      key += escaped;
+      i += 1;
+    } else if (char === '"') {
+      if (i !== value.length - 1) {
+        throw new IdempotencyKeyInvalidError(headerName, 'it has characters after the closing quote');
+      }
+      return key;
+    } else {
+      key += char;
+    }
+  }
+  throw new IdempotencyKeyInvalidError(headerName, 'its opening quote is never closed');
+}
+
+/** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */
+const RAW_BODY_MEDIA_TYPES: ReadonlySet<string> = new Set(['application/json', 'application/x-www-form-urlencoded']);
+
+/** Where an application keeps the raw body bytes that fingerprints are computed from. */
+export const RAW_BODY_SETTING =
+  '`NestFactory.create(AppModule, { rawBody: true })` (on Fastify, `NestFactory.create(AppModule, new FastifyAdapter(), ' +
+  '{ rawBody: true })`; in tests, `moduleRef.createNestApplication({ rawBody: true })`)';
+
+const RAW_BODY_FIX =
+  'Idempotent requests are fingerprinted on their raw body bytes, and this application does not keep them as ' +
+  `\`req.rawBody\`: create it with ${RAW_BODY_SETTING}; body parsers of its own (registered with \`app.use()\`, or ` +
+  'with `bodyParser: false`) must keep them as well; on Fastify, register them with `app.useBodyParser(type, options, ' +
+  'parser)`, which keeps them, rather than with `addContentTypeParser()`.';
+
+/**
+ * The raw body bytes as received; the parsed body is never re-serialized. A body that a parser read, or that
+ * Nest's parsers would have read, without its raw bytes is the application's set-up, not the client's fault.
+ */
+export function rawBodyOf(request: HttpRequest): Buffer {
+  if (request.rawBody) return request.rawBody;
+  const declaresBody =
+    Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
+  if (!declaresBody) return Buffer.alloc(0);
+  const mediaType = contentTypeOf(request).split(';')[0];
+  if (request.bodyParsed || RAW_BODY_MEDIA_TYPES.has(mediaType)) throw new IdempotencyMisconfiguredError(RAW_BODY_FIX);
+  throw new IdempotencyBodyUnavailableError(mediaType);
+}
+
+/** What a request's fingerprint is computed from; a set-up problem it reveals is logged once, with its fix. */
+export function fingerprintInputOf(request: HttpRequest, log: OnceLog): FingerprintInput {
+  try {
+    return { method: request.method, url: request.url, contentType: contentTypeOf(request), body: rawBodyOf(request) };
+  } catch (error) {
+    if (error instanceof IdempotencyMisconfiguredError) log.error(error.setupFix, error.setupFix);
+    throw error;
+  }
+}
+
+/** The request's Content-Type, normalized so that spellings of one type are one: lower-case, no space around `;`. */
+function contentTypeOf(request: HttpRequest): string {
+  return (request.headers['content-type'] ?? '')
+    .trim()
+    .toLowerCase()
+    .replace(/\s*;\s*/g, ';');
+}
+
+/** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */
+export function endpointOf(request: HttpRequest, version?: string): string {
+  const template = request.routePath ?? request.url.split('?')[0];
+  return version === undefined ? `${request.method} ${template}` : `${request.method} ${template} (version ${version})`;
+}
+
+/**
+ * The account a request belongs to. A resolver that fails, or gives no account, is the application's mistake (a
+ * public route under a resolver that reads what a guard sets): answered 500 before anything is claimed, and
+ * logged once per route with the reason. An `HttpException` it throws (a 401, say) is its answer, and passes.
+ */
+export async function accountOf(
+  context: ExecutionContext,
+  request: HttpRequest,
+  policy: IdempotencyPolicy,
+  log: OnceLog,
+): Promise<string> {
+  if (!policy.accountResolver) return '';
+  let account: unknown;
+  try {
+    account = await policy.accountResolver(context);
+  } catch (error) {
+    if (error instanceof HttpException) throw error;
+    throw accountUnresolved(context, request, log, `it threw ${error}`);
+  }
+  if (typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) {
+    throw accountUnresolved(context, request, log, `it returned ${describedValue(account)}`);
+  }
+  const fault = scopeTextFault(String(account));
+  if (fault !== undefined) {
+    throw accountUnresolved(context, request, log, `it returned ${describedValue(account)} (${fault})`);
+  }
+  return String(account);
+}
+
+function accountUnresolved(
+  context: ExecutionContext,
+  request: HttpRequest,
+  log: OnceLog,
+  reason: string,
+): IdempotencyAccountUnresolvedError {
+  const endpoint = endpointOf(request);
+  log.error(
+    `account ${endpoint}`,
+    `The accountResolver gave no account for ${context.getClass().name}.${context.getHandler().name} (${endpoint}): ` +
+      `${reason}. Its requests are answered 500 idempotency_account_unresolved and do not run. The resolver runs ` +
+      'after guards: a route without the guard it relies on (a public route) needs a resolver of its own, ' +
+      '`@Idempotent({ accountResolver })`.',
+  );
+  return new IdempotencyAccountUnresolvedError();
+}

@@ -1,0 +1,186 @@
+import { isUtf8 } from 'node:buffer';
+import {
+  type CallHandler,
+  type ExecutionContext,
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
+import { HttpAdapterHost, Reflector } from '@nestjs/core';
+import { type Observable, of } from 'rxjs';
+import { type IdempotencyError, IdempotencyKeyRequiredError } from '../protocol/idempotency.errors.js';
+import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
+import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
+import { IdempotencyService } from '../protocol/idempotency.service.js';
+import { responseForClient } from './content-coding.js';
+import { type AttemptServices, HttpAttempt } from './http-attempt.js';
+import { httpExceptionFor, sendReplay, setRetryAfter } from './http-answers.js';
+import type { HttpIdempotencyModuleOptions } from './http-options.interface.js';
+import {
+  type HttpPlatform,
+  httpPlatformFor,
+  type HttpRequest,
+  type HttpResponse,
+  isSupportedHttpPlatform,
+} from './http-platform.js';
+import { resolveHttpPolicy } from './http-policy.js';
+import { accountOf, endpointOf, fingerprintInputOf, parseIdempotencyKey } from './http-request-reading.js';
+import { PASS_THROUGH_METHODS } from './http.constants.js';
+import { trackNestReplies } from './nest-replies.js';
+import { OnceLog } from './once-log.js';
+import { answeredElsewhere } from './response-capture.js';
+import { type RoutePlan, RoutePlans } from './route-plans.js';
+
+/** An idempotent HTTP request, as read: its claim's terms, and what the edge answers it through. */
+interface HttpCall extends IdempotentCall {
+  plan: RoutePlan;
+  context: ExecutionContext;
+  request: HttpRequest;
+  response: HttpResponse;
+  platform: HttpPlatform;
+}
+
+/**
+ * The HTTP transport (Express and Fastify, see `HttpPlatform`): reads the key, scope and fingerprint of requests to
+ * `@Idempotent()` routes, replays a stored response byte for byte, runs the handler as an attempt (`HttpAttempt`) that
+ * captures its response, and renders refusals as `HttpException`s for Nest's exception filters.
+ */
+@Injectable()
+export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicationBootstrap {
+  readonly contextType = 'http';
+  private readonly logger = new Logger('Idempotency');
+  private readonly plans: RoutePlans;
+  /** What has been logged already of what is logged once (per endpoint, or per set-up problem). */
+  private readonly once = new OnceLog(this.logger);
+  /** The application's HTTP platform, known once it is bootstrapped. */
+  private platform?: HttpPlatform;
+  /** What each attempt (`HttpAttempt`) ends its claim with, sends through and logs to. */
+  private readonly attemptServices: AttemptServices;
+
+  constructor(
+    reflector: Reflector,
+    private readonly adapterHost: HttpAdapterHost,
+    private readonly idempotency: IdempotencyService,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions & HttpIdempotencyModuleOptions,
+  ) {
+    resolveHttpPolicy(options); // invalid HTTP options fail at start-up, not on the first request
+    this.plans = new RoutePlans(reflector, options);
+    this.attemptServices = { idempotency, adapterHost, logger: this.logger, once: this.once };
+  }
+
+  /** The HTTP adapter exists once the application is bootstrapped (none in an application context without HTTP). */
+  onApplicationBootstrap(): void {
+    const adapter = this.adapterHost.httpAdapter;
+    if (!adapter) return;
+    trackNestReplies(adapter);
+    // An application without idempotent routes starts on any platform (`HttpPlatformCheck`); one with them, on these.
+    const platform = adapter.getType();
+    if (isSupportedHttpPlatform(platform)) this.platform = httpPlatformFor(platform);
+  }
+
+  async read(context: ExecutionContext): Promise<HttpCall | undefined> {
+    const plan = this.plans.planFor(context);
+    if (!plan) return undefined;
+    const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
+    const request = platform.requestOf(context.switchToHttp().getRequest<object>());
+    if (PASS_THROUGH_METHODS.has(request.method)) return undefined;
+    const { policy, http } = plan;
+    const key = parseIdempotencyKey(request.headers[http.headerName.toLowerCase()], http.headerName);
+    if (key === undefined) {
+      if (http.required) throw new IdempotencyKeyRequiredError(http.headerName);
+      return undefined;
+    }
+    return {
+      plan,
+      policy,
+      scope: {
+        account: await accountOf(context, request, policy, this.once),
+        endpoint: endpointOf(request, plan.version),
+        key,
+      },
+      fingerprint: http.fingerprint(fingerprintInputOf(request, this.once)),
+      terms: { key: http.headerName, usedWith: 'request (method, path, query or body)' },
+      context,
+      request,
+      response: platform.responseOf(context.switchToHttp().getResponse<object>()),
+      platform,
+    };
+  }
+
+  replay(call: HttpCall, stored: StoredResponse): Observable<unknown> {
+    const { response, plan, scope } = call;
+    if (answeredElsewhere(response)) {
+      this.warnAnsweredElsewhere(scope.endpoint);
+      return of(undefined);
+    }
+    const replayed = this.replayFor(stored, call);
+    sendReplay(response, replayed, plan.http.replayHeaderName);
+    // What interceptors outside this one see; what Nest then sends for it is ignored.
+    const { body } = replayed;
+    return of(isUtf8(body) ? body.toString('utf8') : body);
+  }
+
+  async run(call: HttpCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+    const { plan, context, request, response, platform, scope } = call;
+    // Answered while the claim was made (waited for), by something outside Nest's pipeline: Fastify's
+    // `handlerTimeout`, a timeout middleware. Its client has that answer (a 503, say) and will retry: nothing more is
+    // written to it, and the handler does not run (its work would be done with no client to hear of it, and its
+    // retry would do it again), so the claim is released at once.
+    if (answeredElsewhere(response)) {
+      this.warnAnsweredElsewhere(scope.endpoint);
+      await this.idempotency
+        .finish(run, { response: undefined, failed: true }, plan.policy)
+        .catch((error: unknown) =>
+          this.logger.error(`Releasing key ${JSON.stringify(scope.key)} of ${scope.endpoint} failed: ${error}`),
+        );
+      return of(undefined);
+    }
+    const claimed = {
+      plan,
+      context,
+      next,
+      method: request.method,
+      response,
+      platform,
+      key: scope.key,
+      endpoint: scope.endpoint,
+    };
+    return new HttpAttempt(run, claimed, this.attemptServices).start();
+  }
+
+  /** The module's refusals reach Nest's exception filters as `HttpException`s (their `cause`, the refusal). */
+  refusal(error: IdempotencyError, call: HttpCall | undefined): unknown {
+    if (call && error.retryAfterSeconds !== undefined) setRetryAfter(call.response, error.retryAfterSeconds);
+    return httpExceptionFor(error);
+  }
+
+  private warnAnsweredElsewhere(endpoint: string): void {
+    this.once.warn(
+      `answered ${endpoint}`,
+      `A request to ${endpoint} was answered outside Nest (a timeout such as Fastify's handlerTimeout) ` +
+        'while its claim was made: its handler was not run, and the claim was released for its retry. Such a ' +
+        'timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with inFlight: wait).',
+    );
+  }
+
+  /**
+   * The stored response in a form the client reads: decoded when it does not accept the coding of a compressed body.
+   * One that no longer decodes within `maxStoredBodyBytes` (lowered since it was stored) goes out as stored, in its
+   * coding, which its `Content-Encoding` names.
+   */
+  private replayFor(stored: StoredResponse, { request, plan, scope }: HttpCall): StoredResponse {
+    const { maxStoredBodyBytes } = plan.http;
+    const replayed = responseForClient(stored, request.headers['accept-encoding'], maxStoredBodyBytes);
+    if (replayed) return replayed;
+    this.once.warn(
+      `undecodable ${scope.endpoint}`,
+      `A stored response of ${scope.endpoint} does not decode within maxStoredBodyBytes (${maxStoredBodyBytes} ` +
+        'bytes) for a client that does not accept its Content-Encoding: it is replayed in that coding.',
+    );
+    return stored;
+  }
+}

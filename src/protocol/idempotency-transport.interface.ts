@@ -1,0 +1,37 @@
+import type { CallHandler, ExecutionContext } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import type { IdempotencyError, KeyTerms } from './idempotency.errors.js';
+import type { IdempotencyPolicy } from './idempotency-policy.js';
+import type { IdempotencyRun } from './idempotency-run.js';
+import type { IdempotencyScope, StoredResponse } from './idempotency-store.interface.js';
+
+/** A call a transport has read: what the protocol claims it by. A transport adds what it needs to answer it. */
+export interface IdempotentCall {
+  /** The protocol's options for the call's route (or pattern, or field). */
+  policy: IdempotencyPolicy;
+  scope: IdempotencyScope;
+  fingerprint: string;
+  /** How refusals name the call's key and what it was used with. */
+  terms: KeyTerms;
+}
+
+/**
+ * What a transport supplies for the protocol to serve its calls (HTTP today; message consumers and GraphQL are the
+ * same four jobs): read a call's key, account and fingerprint; answer with a stored outcome; run the handler under
+ * its claim, capturing its outcome and ending the claim once; and render a refusal as its clients expect one.
+ */
+export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCall> {
+  /** The `context.getType()` of the calls it serves (`'http'`, `'rpc'`, `'graphql'`). */
+  readonly contextType: string;
+  /**
+   * The call, or `undefined` to let it through unguarded (a route that is not idempotent, a safe method, no key where
+   * none is required). A call that cannot be served is refused by throwing an `IdempotencyError`.
+   */
+  read(context: ExecutionContext): Promise<Call | undefined>;
+  /** Answers the call with its stored outcome. */
+  replay(call: Call, stored: StoredResponse): Observable<unknown> | Promise<Observable<unknown>>;
+  /** Runs the handler (`next`) under the claim `run`, and ends the claim with its outcome, once. */
+  run(call: Call, run: IdempotencyRun, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>>;
+  /** What the call's client gets for `error` (thrown into Nest's pipeline); `call` is undefined when it was not read. */
+  refusal(error: IdempotencyError, call: Call | undefined, context: ExecutionContext): unknown;
+}

@@ -1,0 +1,46 @@
+import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
+import type { Observable } from 'rxjs';
+import { IdempotencyError } from './idempotency.errors.js';
+import { IDEMPOTENCY_TRANSPORTS } from './idempotency.tokens.js';
+import type { IdempotentCall, IdempotencyTransport } from './idempotency-transport.interface.js';
+import { IdempotencyService } from './idempotency.service.js';
+
+/**
+ * Registered app-wide: for a call of a transport the module serves, the transport reads it, `IdempotencyService`
+ * decides (claim, compare, replay or run), and the transport replays the stored outcome or runs the handler under
+ * the claim. Calls of other kinds, and those the transport lets through, pass untouched.
+ */
+@Injectable()
+export class IdempotencyInterceptor implements NestInterceptor {
+  private readonly transports: ReadonlyMap<string, IdempotencyTransport>;
+
+  constructor(
+    private readonly idempotency: IdempotencyService,
+    @Inject(IDEMPOTENCY_TRANSPORTS) transports: IdempotencyTransport[],
+  ) {
+    this.transports = new Map(transports.map((transport) => [transport.contextType, transport]));
+  }
+
+  intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
+    const transport = this.transports.get(context.getType());
+    return transport ? this.serve(transport, context, next) : next.handle();
+  }
+
+  private async serve(
+    transport: IdempotencyTransport,
+    context: ExecutionContext,
+    next: CallHandler,
+  ): Promise<Observable<unknown>> {
+    let call: IdempotentCall | undefined;
+    try {
+      call = await transport.read(context);
+      if (!call) return next.handle();
+      const decision = await this.idempotency.begin(call.scope, call.fingerprint, call.policy, call.terms);
+      return await (decision.action === 'replay'
+        ? transport.replay(call, decision.response)
+        : transport.run(call, decision.run, next));
+    } catch (error) {
+      throw error instanceof IdempotencyError ? transport.refusal(error, call, context) : error;
+    }
+  }
+}
