@@ -2,6 +2,7 @@ import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from 
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
 import { HttpPlatformCheck } from './http/http-platform-check.js';
+import { DrainBeforeClose } from './http/drain-before-close.js';
 import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { HttpTransport } from './http/http-transport.js';
@@ -22,6 +23,7 @@ import { IdempotencyService } from './protocol/idempotency.service.js';
     IdempotencyService,
     IdempotencyContext,
     HttpPlatformCheck,
+    DrainBeforeClose,
     HttpTransport,
     // The transports served, one per kind of call: a transport is added here, beside HTTP.
     {
