@@ -33,13 +33,14 @@ import type {
   IdempotencyStore,
   StoredResponse,
 } from './idempotency-store.interface.js';
-import { type Instant, ReplayCache } from './replay-cache.js';
+import { ReplayCache } from './replay-cache.js';
 import { ClaimFinalizer } from './claim-finalizer.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
 import { InFlightWait } from './in-flight-wait.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { type AttemptOutcome, OutcomeWriter } from './outcome-writer.js';
 import { describeScope, withTimeout } from './store-bounds.js';
+import { type ClaimedRequest, type RunningAttempt, RunningAttempts } from './running-attempts.js';
 import { keyFault, scopeTextFault } from './scope-values.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
@@ -74,24 +75,6 @@ export interface ExecuteResult<T> {
   replayed: boolean;
 }
 
-/** What a run was claimed for: its request's fingerprint, when its claim was sent, and how refusals name its key. */
-interface ClaimedRequest {
-  fingerprint: string;
-  since: Instant;
-  terms: KeyTerms;
-}
-
-/** An attempt between its claim and its finish: what it was claimed for, and how shutdown sees it. */
-interface Attempt extends ClaimedRequest {
-  policy: IdempotencyPolicy;
-  /** Ended by shutdown before its handler was done: its claim is released, its outcome not stored. */
-  abandoned: boolean;
-  /** Its handler is done and its outcome is being written. */
-  finishing: boolean;
-  /** Answers the attempt's client when shutdown ends it (set by the HTTP edge). */
-  onAbandoned?: (error: IdempotencyError) => void;
-}
-
 /**
  * The protocol, independent of HTTP: claim the key, compare fingerprints, replay or run, then finalize.
  */
@@ -102,16 +85,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private readonly leases: LeaseRenewals;
   private readonly finalizer: ClaimFinalizer;
   private readonly replays: ReplayCache;
-  private readonly shutdownTimeoutSeconds: number;
-  /** The attempts between their claim and their finish, by run. */
-  private readonly attempts = new Map<IdempotencyRun, Attempt>();
+  /** The attempts between their claim and their finish, and the shutdown's drain of them. */
+  private readonly attempts: RunningAttempts;
   private readonly outcomes: OutcomeWriter;
-  /** The drain of graceful shutdown, once begun: new claims are refused from then on. */
-  private draining?: Promise<void>;
-  /** Attempts whose claim is made and whose run is being started (waiting for a transaction slot, say). */
-  private starting = 0;
-  /** Resolves the shutdown's wait once the last running attempt has finished. */
-  private drained?: () => void;
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
@@ -121,7 +97,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     checkTenancy(options);
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options), this.logger);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
-    this.shutdownTimeoutSeconds = resolveShutdownTimeout(options);
+    this.attempts = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
     this.finalizer = new ClaimFinalizer(store, this.logger);
     this.outcomes = new OutcomeWriter(store, this.logger, this.finalizer, (run, response, policy) =>
       this.rememberOutcome(run, response, policy),
@@ -170,8 +146,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * `beforeClose()`, which `app.close()` awaits before any shutdown hook; an application context calls it itself.
    */
   drain(): Promise<void> {
-    this.draining ??= this.drainAttempts();
-    return this.draining;
+    this.purge.stop();
+    return this.attempts.drain((run, attempt) => this.abandon(run, attempt));
   }
 
   /** Closes the store, after the drain (begun here if nothing began it earlier). */
@@ -181,53 +157,18 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     await this.store.close?.();
   }
 
-  private async drainAttempts(): Promise<void> {
-    this.purge.stop();
-    const timeoutSeconds = this.shutdownTimeoutSeconds;
-    if (this.activeAttempts() > 0) {
-      this.logger.log(
-        `Shutting down: waiting up to ${timeoutSeconds} s for ${this.activeAttempts()} running idempotent attempt(s).`,
-      );
-      let timer: NodeJS.Timeout | undefined;
-      await Promise.race([
-        new Promise<void>((resolve) => (this.drained = resolve)),
-        new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutSeconds * 1000))),
-      ]);
-      clearTimeout(timer);
-    }
-    const finishing = new Promise<void>((resolve) => (this.drained = resolve));
-    await Promise.all(
-      [...this.attempts]
-        .filter(([, attempt]) => !attempt.finishing)
-        .map(([run, attempt]) => this.abandon(run, attempt)),
-    );
-    // Outcomes being written (each store operation bounded by storeTimeoutSeconds) keep the database open until
-    // they are written, for at most another shutdownTimeoutSeconds.
-    if (this.activeAttempts() > 0) {
-      await withTimeout(finishing, { storeTimeoutSeconds: timeoutSeconds }, 'writing outcomes').catch(() => undefined);
-    }
-  }
-
-  /** Attempts whose outcome is still to be written (abandoned ones have none). */
-  private activeAttempts(): number {
-    let count = this.starting;
-    for (const attempt of this.attempts.values()) if (!attempt.abandoned) count += 1;
-    return count;
-  }
-
   /** Registers how the attempt's client is answered if shutdown ends the attempt before its handler is done. */
   onAbandoned(run: IdempotencyRun, answer: (error: IdempotencyError) => void): void {
-    const attempt = this.attempts.get(run);
-    if (attempt) attempt.onAbandoned = answer;
+    this.attempts.onAbandoned(run, answer);
   }
 
-  private async abandon(run: IdempotencyRun, attempt: Attempt): Promise<void> {
+  /** Ends an attempt the drain could not wait for: its claim released (its writes rolled back), its client told. */
+  private async abandon(run: IdempotencyRun, attempt: RunningAttempt): Promise<void> {
     const { policy } = attempt;
-    attempt.abandoned = true;
     this.leases.stop(run);
     this.logger.warn(
       `Shutting down: the handler of ${describeScope(run.scope)} did not finish within shutdownTimeoutSeconds ` +
-        `(${this.shutdownTimeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
+        `(${this.attempts.timeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
     );
     if (run.transaction) await this.outcomes.cut(run.transaction, policy);
     await this.finalizer.finalize(run.claim, undefined, policy);
@@ -255,7 +196,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
-      if (this.draining) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      if (this.attempts.drainBegun) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
       const since = this.replays.now();
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
@@ -292,19 +233,12 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     request: ClaimedRequest,
     policy: IdempotencyPolicy,
   ): Promise<IdempotencyRun> {
-    this.starting += 1;
-    try {
-      const run = await this.startRun(claim, takeover, policy);
-      this.attempts.set(run, { ...request, policy, abandoned: false, finishing: false });
-      if (this.draining) {
-        await this.finish(run, { response: undefined, failed: true }, policy);
-        throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
-      }
-      return run;
-    } finally {
-      this.starting -= 1;
-      if (this.activeAttempts() === 0) this.drained?.();
+    const run = await this.attempts.starts(() => this.startRun(claim, takeover, policy), request, policy);
+    if (this.attempts.drainBegun) {
+      await this.finish(run, { response: undefined, failed: true }, policy);
+      throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
     }
+    return run;
   }
 
   /**
@@ -325,8 +259,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
       return await this.outcomes.write(run, outcome, policy, () => this.termsOf(run));
     } finally {
-      this.attempts.delete(run);
-      if (this.activeAttempts() === 0) this.drained?.();
+      this.attempts.ended(run);
     }
   }
 
