@@ -9,7 +9,7 @@ import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
 import type { IdempotencyRun } from '../protocol/idempotency-run.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
-import type { AttemptOutcome } from '../protocol/outcome-writer.js';
+import type { AttemptOutcome } from '../protocol/claim-ending.js';
 import { errorResponse } from './http-answers.js';
 import type { HttpPlatform, HttpResponse } from './http-platform.js';
 import type { HttpRoutePolicy } from './http-policy.js';

@@ -34,11 +34,10 @@ import type {
   StoredResponse,
 } from './idempotency-store.interface.js';
 import { ReplayCache } from './replay-cache.js';
-import { ClaimFinalizer } from './claim-finalizer.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
 import { InFlightWait } from './in-flight-wait.js';
 import { LeaseRenewals } from './lease-renewals.js';
-import { type AttemptOutcome, OutcomeWriter } from './outcome-writer.js';
+import { type AttemptOutcome, ClaimEnding } from './claim-ending.js';
 import { describeScope, withTimeout } from './store-bounds.js';
 import { type ClaimedRequest, type RunningAttempt, RunningAttempts } from './running-attempts.js';
 import { keyFault, scopeTextFault } from './scope-values.js';
@@ -83,11 +82,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   private readonly logger = new Logger('Idempotency');
   private readonly purge: ExpiredRecordsPurge;
   private readonly leases: LeaseRenewals;
-  private readonly finalizer: ClaimFinalizer;
   private readonly replays: ReplayCache;
   /** The attempts between their claim and their finish, and the shutdown's drain of them. */
   private readonly attempts: RunningAttempts;
-  private readonly outcomes: OutcomeWriter;
+  /** Where every claim ends: stored, released, or its transaction cut. */
+  private readonly claims: ClaimEnding;
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
@@ -98,14 +97,13 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options), this.logger);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.attempts = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
-    this.finalizer = new ClaimFinalizer(store, this.logger);
-    this.outcomes = new OutcomeWriter(store, this.logger, this.finalizer, (run, response, policy) =>
+    this.claims = new ClaimEnding(store, this.logger, (run, response, policy) =>
       this.rememberOutcome(run, response, policy),
     );
     this.leases = new LeaseRenewals(
       store,
       this.logger,
-      (transaction, policy) => void this.outcomes.cut(transaction, policy),
+      (transaction, policy) => void this.claims.cut(transaction, policy),
     );
   }
 
@@ -170,8 +168,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
       `Shutting down: the handler of ${describeScope(run.scope)} did not finish within shutdownTimeoutSeconds ` +
         `(${this.attempts.timeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,
     );
-    if (run.transaction) await this.outcomes.cut(run.transaction, policy);
-    await this.finalizer.finalize(run.claim, undefined, policy);
+    if (run.transaction) await this.claims.cut(run.transaction, policy);
+    await this.claims.release(run.claim, policy);
     attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
   }
 
@@ -257,7 +255,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     try {
       if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
-      return await this.outcomes.write(run, outcome, policy, () => this.termsOf(run));
+      return await this.claims.end(run, outcome, policy, () => this.termsOf(run));
     } finally {
       this.attempts.ended(run);
     }
@@ -357,7 +355,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
         this.logger.error(
           `Opening the transaction of ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`,
         );
-        await this.finalizer.finalize(claim, undefined, policy);
+        await this.claims.release(claim, policy);
         throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
     }

@@ -1,5 +1,5 @@
+import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from '@nestjs/common';
-import type { ClaimFinalizer } from './claim-finalizer.js';
 import {
   type IdempotencyError,
   IdempotencyStoreUnavailableError,
@@ -8,7 +8,12 @@ import {
 } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
-import type { IdempotencyStore, StoredResponse, StoreTransaction } from './idempotency-store.interface.js';
+import type {
+  IdempotencyClaim,
+  IdempotencyStore,
+  StoredResponse,
+  StoreTransaction,
+} from './idempotency-store.interface.js';
 import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
 
 /** How an attempt's work ended. */
@@ -19,18 +24,28 @@ export interface AttemptOutcome {
   failed: boolean;
 }
 
+/** First wait before a finalize is retried; doubled on each retry. */
+const FINALIZE_BACKOFF_MS = 250;
+
 /**
- * Ends finished attempts: stores a final outcome (on a transactional route, in the commit of the handler's writes) or
- * releases the claim (rolling the writes back), and says what the client must get instead when that failed.
+ * What finalizing found: the claim was still this attempt's (`'held'`: the outcome is stored, or the claim released),
+ * another attempt had taken it over (`'taken-over'`: nothing was written), or it is not known yet (`'retrying'` in
+ * the background).
  */
-export class OutcomeWriter {
+export type FinalizeResult = 'held' | 'taken-over' | 'retrying';
+
+/**
+ * Ends claims, the one place that does: a finished attempt's final outcome is stored (on a transactional route, in
+ * the commit of the handler's writes) or its claim released (rolling the writes back), saying what the client must get
+ * instead when that failed; outside a transaction, a store or release that fails is retried in the background.
+ */
+export class ClaimEnding {
   /** Transactions cut under their running handlers: nothing of them can commit. */
   private readonly cutTransactions = new WeakSet<StoreTransaction>();
 
   constructor(
     private readonly store: IdempotencyStore,
     private readonly logger: Logger,
-    private readonly finalizer: ClaimFinalizer,
     /** Told of each outcome stored (the replay cache keeps it). */
     private readonly stored: (run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) => void,
   ) {}
@@ -44,7 +59,7 @@ export class OutcomeWriter {
   }
 
   /** Stores or releases the finished attempt's outcome (committing or rolling back its transaction). */
-  async write(
+  async end(
     run: IdempotencyRun,
     outcome: AttemptOutcome,
     policy: IdempotencyPolicy,
@@ -55,7 +70,7 @@ export class OutcomeWriter {
     const { transaction } = run;
     if (transaction && this.cutTransactions.has(transaction)) {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
-      const released = await this.finalizer.finalize(run.claim, undefined, policy);
+      const released = await this.finalize(run.claim, undefined, policy);
       return released === 'taken-over'
         ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
@@ -74,11 +89,11 @@ export class OutcomeWriter {
       // Nothing of the attempt committed, and the key is released: the client may retry, as for any fault of the
       // database (a handler whose connection was lost under it fails with that connection's error).
       if ((failed && transaction.connectionLost) || (ending === 'commit' && !ended)) {
-        await this.finalizer.finalize(run.claim, undefined, policy);
+        await this.finalize(run.claim, undefined, policy);
         return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
     }
-    const finalized = await this.finalizer.finalize(run.claim, toStore, policy);
+    const finalized = await this.finalize(run.claim, toStore, policy);
     if (finalized === 'held' && toStore) this.stored(run, toStore, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
     return finalized === 'taken-over' && toStore && !failed
@@ -117,7 +132,7 @@ export class OutcomeWriter {
           `gets the outcome if the commit went through after all, or runs again: ${error}`,
       );
       // If the commit did go through, the record is completed and this release finds nothing to do.
-      await this.finalizer.finalize(run.claim, undefined, policy);
+      await this.finalize(run.claim, undefined, policy);
       return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
   }
@@ -137,5 +152,71 @@ export class OutcomeWriter {
         throw error;
       },
     );
+  }
+
+  /** Releases a claim whose attempt never ran (or was abandoned), retrying in the background if it fails. */
+  release(claim: IdempotencyClaim, policy: IdempotencyPolicy): Promise<FinalizeResult> {
+    return this.finalize(claim, undefined, policy);
+  }
+
+  /**
+   * Stores the outcome (or releases the claim when there is none to store). A failure does not hold the
+   * response: the finalize is retried in the background with a bounded exponential backoff.
+   */
+  private async finalize(
+    claim: IdempotencyClaim,
+    response: StoredResponse | undefined,
+    policy: IdempotencyPolicy,
+  ): Promise<FinalizeResult> {
+    try {
+      return (await this.finalizeOnce(claim, response, policy)) ? 'held' : 'taken-over';
+    } catch (error) {
+      this.logger.warn(`Finalizing ${describeScope(claim.scope)} failed (${error}); retrying in the background.`);
+      void this.retryFinalize(claim, response, policy);
+      return 'retrying';
+    }
+  }
+
+  private async retryFinalize(
+    claim: IdempotencyClaim,
+    response: StoredResponse | undefined,
+    policy: IdempotencyPolicy,
+  ) {
+    let lastError: unknown;
+    for (let retry = 0; retry < policy.finalizeRetries; retry += 1) {
+      await delay(FINALIZE_BACKOFF_MS * 2 ** retry, undefined, { ref: false });
+      try {
+        await this.finalizeOnce(claim, response, policy);
+        this.logger.log(`Finalizing ${describeScope(claim.scope)} succeeded on retry ${retry + 1}.`);
+        return;
+      } catch (error) {
+        lastError = error;
+      }
+    }
+    this.logger.error(
+      `Gave up finalizing ${describeScope(claim.scope)} after ${policy.finalizeRetries} retries (${lastError}). The key stays ` +
+        `in progress: retries get 409 until its lease lapses, then the first one runs the handler again.`,
+    );
+  }
+
+  private async finalizeOnce(
+    claim: IdempotencyClaim,
+    response: StoredResponse | undefined,
+    policy: IdempotencyPolicy,
+  ): Promise<boolean> {
+    const what = response ? 'storing the outcome' : 'releasing the claim';
+    const held = await withTimeout(
+      response ? this.store.complete(claim, response, policy.ttlSeconds) : this.store.release(claim),
+      policy,
+      what,
+    );
+    if (!held) {
+      this.logger.warn(
+        `The claim on ${describeScope(claim.scope)} was taken over by another attempt; this attempt's outcome was not ${
+          response ? 'stored' : 'released'
+        }.`,
+      );
+    }
+    return held;
   }
 }
