@@ -82,6 +82,6 @@ function howToCreate(tableName: string): string {
   return (
     `Create or update it with the package's migrations: add ${migrations} (from 'nest-idempotency') to your data ` +
     `source's \`migrations\` and set \`migrationsRun: true\`, or run them with the TypeORM CLI ` +
-    `(\`npx typeorm migration:run -d <your data source file>\`). See the README, "The records table".`
+    `(\`npx typeorm migration:run -d <your data source file>\`). See docs/records-table.md in the repository.`
   );
 }

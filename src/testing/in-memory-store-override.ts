@@ -38,7 +38,7 @@ export interface InMemoryStoreUnderTest<Builder> {
  * ```
  *
  * An application on the PostgreSQL store (`IdempotencyPostgresModule`) still needs a TypeORM data source object,
- * which may be one that never connects (README, "Testing with the in-memory store").
+ * which may be one that never connects (docs/testing.md, "Testing with the in-memory store").
  */
 export function useInMemoryIdempotencyStore<Builder extends ProviderOverriding<Builder>>(
   builder: Builder,
