@@ -10,6 +10,8 @@ const config: Config = {
   // Starts an embedded PostgreSQL when DATABASE_URL is unset; every test file then makes its own database.
   globalSetup: '<rootDir>/test/support/global-setup.mjs',
   globalTeardown: '<rootDir>/test/support/global-teardown.mjs',
+  // Stops the child processes a test file spawned, whatever its tests' outcomes.
+  setupFilesAfterEnv: ['<rootDir>/test/support/after-each-file.ts'],
   testTimeout: 60_000,
   maxWorkers: 2,
 };
