@@ -16,9 +16,10 @@ async function main(): Promise<void> {
       );
   const config = sampleConfigFromEnv(process.env, process.env.DATABASE_URL ?? (embedded?.url as string));
   const app = await createSampleApp(config);
-  // Graceful shutdown: running charges finish and store their outcomes (the module's shutdownTimeoutSeconds),
-  // then the server, the pool and the embedded database stop. Apps without an embedded database can simply
-  // call `app.enableShutdownHooks()`.
+  // Graceful shutdown: `app.close()` first lets running charges finish and store their outcomes (the module's
+  // shutdownTimeoutSeconds), then destroys the providers (the payment provider ends its pool), stops the server and
+  // closes TypeORM's pool; the embedded database stops last. Apps without an embedded database can simply call
+  // `app.enableShutdownHooks()`, which closes the app the same way.
   for (const signal of ['SIGTERM', 'SIGINT'] as const) {
     process.once(signal, () => {
       console.log(`${signal}: shutting down`);

@@ -51,6 +51,7 @@ export class FakePaymentProvider implements PaymentProvider, OnModuleDestroy {
     this.ledger.on('error', (error) => this.logger.warn(`A provider ledger connection was lost: ${error.message}`));
   }
 
+  /** On `app.close()`, once the idempotency module has let running charges finish (their calls still need the pool). */
   async onModuleDestroy(): Promise<void> {
     await this.ledger.end();
   }

@@ -3,6 +3,7 @@ import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
 import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
 import { HttpPlatformCheck } from './http/http-platform-check.js';
+import { DrainBeforeClose } from './http/drain-before-close.js';
 import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './idempotency-context.js';
 import { IdempotencyInterceptor } from './http/idempotency.interceptor.js';
@@ -22,6 +23,7 @@ import { RunTransactionBinding } from './postgres/run-transaction-binding.js';
     IdempotencyContext,
     RunTransactionBinding,
     HttpPlatformCheck,
+    DrainBeforeClose,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
   ],

@@ -106,7 +106,8 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   /** The attempts between their claim and their finish, by run. */
   private readonly attempts = new Map<IdempotencyRun, Attempt>();
   private readonly outcomes: OutcomeWriter;
-  private shuttingDown = false;
+  /** The drain of graceful shutdown, once begun: new claims are refused from then on. */
+  private draining?: Promise<void>;
   /** Attempts whose claim is made and whose run is being started (waiting for a transaction slot, say). */
   private starting = 0;
   /** Resolves the shutdown's wait once the last running attempt has finished. */
@@ -153,13 +154,26 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
   }
 
   /**
-   * Graceful shutdown, before the HTTP server and the database are closed: new claims are refused (503 +
-   * `Retry-After`), running attempts get up to `shutdownTimeoutSeconds` to finish and store their outcomes,
-   * and those still running then are ended: their claims released (transactional: their writes rolled back by
-   * cutting their connections) and their clients answered 503, so that a retry runs on another instance.
+   * Graceful shutdown's drain: new claims are refused (503 + `Retry-After`), running attempts get up to
+   * `shutdownTimeoutSeconds` to finish and store their outcomes, and those still running then are ended: their claims
+   * released (transactional: their writes rolled back by cutting their connections) and their clients answered 503,
+   * so that a retry runs on another instance. It runs once: later calls await the same drain. It must end before the
+   * application's providers are destroyed, which running work still uses: an HTTP application drains in its adapter's
+   * `beforeClose()`, which `app.close()` awaits before any shutdown hook; an application context calls it itself.
    */
+  drain(): Promise<void> {
+    this.draining ??= this.drainAttempts();
+    return this.draining;
+  }
+
+  /** Closes the store, after the drain (begun here if nothing began it earlier). */
   async beforeApplicationShutdown(): Promise<void> {
-    this.shuttingDown = true;
+    await this.drain();
+    this.leases.stopAll();
+    await this.store.close?.();
+  }
+
+  private async drainAttempts(): Promise<void> {
     this.purge.stop();
     const timeoutSeconds = this.shutdownTimeoutSeconds;
     if (this.activeAttempts() > 0) {
@@ -184,8 +198,6 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     if (this.activeAttempts() > 0) {
       await withTimeout(finishing, { storeTimeoutSeconds: timeoutSeconds }, 'writing outcomes').catch(() => undefined);
     }
-    this.leases.stopAll();
-    await this.store.close?.();
   }
 
   /** Attempts whose outcome is still to be written (abandoned ones have none). */
@@ -235,7 +247,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
-      if (this.shuttingDown) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      if (this.draining) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
       const since = this.replays.now();
       const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
@@ -276,7 +288,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     try {
       const run = await this.startRun(claim, takeover, policy);
       this.attempts.set(run, { ...request, policy, abandoned: false, finishing: false });
-      if (this.shuttingDown) {
+      if (this.draining) {
         await this.finish(run, { response: undefined, failed: true }, policy);
         throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       }

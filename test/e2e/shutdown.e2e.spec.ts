@@ -7,7 +7,8 @@ import { waitFor } from '../support/wait-for.js';
 
 /**
  * The sample app, as `npm start` runs it, gets a real SIGTERM while a charge runs; the charge's retry then goes
- * to another instance. A lock on the charges table holds the charge inside its handler for as long as the test says.
+ * to another instance. The charge is held either inside its handler's insert, by a lock on the charges table, for as
+ * long as the test says, or inside the payment provider's call, by the provider's latency (`PROVIDER_DELAY_MS`).
  * On each platform (`SAMPLE_PLATFORM`), with the other instance on the same one.
  */
 let db: TestDatabase;
@@ -21,45 +22,62 @@ afterAll(async () => {
 });
 
 const charge = { amount: 900, currency: 'eur' };
+const CHARGED_ONCE = { charges: 1, providerCharges: 1, record: 'completed' };
+
+/** The latency of the provider's call: how long a charge held there leaves SIGTERM to come and the drain to begin. */
+const PROVIDER_DELAY_MS = '3000';
 
 async function heldFor(account: string, key: string) {
-  const [row] = await db.query<{ charges: number; record: string | null }>(
+  const [row] = await db.query<{ charges: number; providerCharges: number; record: string | null }>(
     `SELECT (SELECT count(*)::int FROM charges WHERE account = $1) AS charges,
+            (SELECT count(*)::int FROM provider_charges WHERE account = $1) AS "providerCharges",
             (SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2) AS record`,
     [account, key],
   );
   return row;
 }
 
-/** Starts the app, holds a charge in its handler, and sends SIGTERM once the app has begun to drain. */
-async function chargeThenTerminate(env: Record<string, string>) {
+/** The charge waits on the test's lock of the charges table: it is in its handler, after the provider's call. */
+async function insertWaitsOnLock(): Promise<true | undefined> {
+  const [waiting] = await db.query(
+    `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`,
+  );
+  return waiting ? true : undefined;
+}
+
+/** The charge's key is claimed: its handler runs, and with `PROVIDER_DELAY_MS` it is in the provider's call. */
+async function keyClaimed(account: string, key: string): Promise<true | undefined> {
+  return (await heldFor(account, key)).record === 'in_progress' ? true : undefined;
+}
+
+/** Sends a charge to `app`, waits until `held` says it is held, then sends SIGTERM; resolves once the app drains. */
+async function chargeThenTerminate(
+  app: Awaited<ReturnType<typeof spawnSampleApp>>,
+  held: (account: string, key: string) => Promise<true | undefined>,
+) {
   const account = `sk_test_shutdown_${randomUUID().slice(0, 8)}`;
   const key = randomUUID();
-  const app = await spawnSampleApp({ DATABASE_URL: db.url, ...env });
   let output = '';
   app.child.stdout?.on('data', (chunk: Buffer) => (output += chunk.toString()));
   app.child.stderr?.on('data', (chunk: Buffer) => (output += chunk.toString()));
-  const lock = await holdLock(db.url, 'LOCK TABLE charges IN EXCLUSIVE MODE');
   const answer = postCharge(app.url, charge, key, account).then(
     (response) => response,
     (error: Error) => error,
   );
-  await waitFor(
-    async () =>
-      (
-        await db.query(
-          `SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'INSERT INTO "charges"%'`,
-        )
-      )[0],
-    'the charge to wait inside its handler',
-  );
+  await waitFor(() => held(account, key), 'the charge to be held');
   const exited = once(app.child, 'exit') as Promise<[number | null, string | null]>;
   app.child.kill('SIGTERM');
   await waitFor(
     async () => (output.includes('Shutting down: waiting up to') ? true : undefined),
     'the app to start draining',
   );
-  return { app, account, key, lock, answer, exited, output: () => output };
+  return { account, key, answer, exited, output: () => output };
+}
+
+/** The app exited on its own (code 0) and printed no error; its output is shown otherwise. */
+async function expectCleanExit(exited: Promise<[number | null, string | null]>, output: () => string) {
+  const [code] = await exited;
+  expect({ code, output: output().includes('ERROR') ? output() : '' }).toEqual({ code: 0, output: '' });
 }
 
 describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s', (platform) => {
@@ -73,11 +91,19 @@ describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s',
     await survivor?.close();
   });
 
+  /** The charge's outcome is stored: its retry, on the other instance, is its replay, and nothing is charged again. */
+  async function expectReplayedElsewhere(account: string, key: string) {
+    await expect(heldFor(account, key)).resolves.toEqual(CHARGED_ONCE);
+    const retry = await postCharge(survivor.url, charge, key, account).expect(201);
+    expect(retry.headers['idempotent-replay']).toBe('true');
+    await expect(heldFor(account, key)).resolves.toEqual(CHARGED_ONCE);
+  }
+
   it('refuses new claims with 503, lets the running charge finish and store its outcome, then exits', async () => {
-    const { app, account, key, lock, answer, exited, output } = await chargeThenTerminate({
-      SAMPLE_PLATFORM: platform,
-    });
+    const app = await spawnSampleApp({ DATABASE_URL: db.url, SAMPLE_PLATFORM: platform });
+    const lock = await holdLock(db.url, 'LOCK TABLE charges IN EXCLUSIVE MODE');
     try {
+      const { account, key, answer, exited, output } = await chargeThenTerminate(app, insertWaitsOnLock);
       const refused = await postCharge(app.url, charge, randomUUID(), account);
       expect(refused.status).toBe(503);
       expect(refused.body).toMatchObject({ error: 'idempotency_shutting_down' });
@@ -89,38 +115,68 @@ describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s',
       const first = await answer;
       expect(first).not.toBeInstanceOf(Error);
       expect((first as { status: number }).status).toBe(201);
-      const [code] = await exited;
-      expect({ code, output: output().includes('ERROR') ? output() : '' }).toEqual({ code: 0, output: '' });
-      await expect(heldFor(account, key)).resolves.toEqual({ charges: 1, record: 'completed' });
-
-      const retry = await postCharge(survivor.url, charge, key, account).expect(201);
-      expect(retry.headers['idempotent-replay']).toBe('true');
-      await expect(heldFor(account, key)).resolves.toEqual({ charges: 1, record: 'completed' });
+      await expectCleanExit(exited, output);
+      await expectReplayedElsewhere(account, key);
     } finally {
+      await lock.letGo();
       await app.close();
     }
   });
 
+  // The provider ends its pool in onModuleDestroy, which Nest runs before its other shutdown hooks: the module must
+  // have drained by then, or the charge's call to the provider fails (500) after SIGTERM.
+  it.each([
+    ['transactional', 'true'],
+    ['standard', 'false'],
+  ])(
+    'lets a charge still in the payment provider call finish before the provider closes its pool (%s mode)',
+    async (_mode, transactional) => {
+      const app = await spawnSampleApp({
+        DATABASE_URL: db.url,
+        SAMPLE_PLATFORM: platform,
+        IDEMPOTENCY_TRANSACTIONAL: transactional,
+        PROVIDER_DELAY_MS,
+      });
+      try {
+        const { account, key, answer, exited, output } = await chargeThenTerminate(app, keyClaimed);
+        const first = await answer;
+        expect(first).not.toBeInstanceOf(Error);
+        expect(first).toMatchObject({ status: 201, body: { object: 'charge', status: 'succeeded' } });
+        await expectCleanExit(exited, output);
+        await expectReplayedElsewhere(account, key);
+      } finally {
+        await app.close();
+      }
+    },
+  );
+
   it('past shutdownTimeoutSeconds, releases the claim of a charge still running (rolled back) and answers it 503', async () => {
-    const { app, account, key, lock, answer, exited } = await chargeThenTerminate({
+    const app = await spawnSampleApp({
+      DATABASE_URL: db.url,
       SAMPLE_PLATFORM: platform,
       IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS: '1',
     });
+    const lock = await holdLock(db.url, 'LOCK TABLE charges IN EXCLUSIVE MODE');
     try {
+      const { account, key, answer, exited } = await chargeThenTerminate(app, insertWaitsOnLock);
       const first = (await answer) as { status: number; body: unknown; headers: Record<string, string> };
       expect(first.status).toBe(503);
       expect(first.body).toMatchObject({ error: 'idempotency_shutting_down' });
       expect(first.headers['retry-after']).toBe('2');
       const [code] = await exited;
       expect(code).toBe(0);
-      // The key is free at once (no lease to wait out), and nothing of the attempt committed.
-      await expect(heldFor(account, key)).resolves.toEqual({ charges: 0, record: null });
+      // The key is free at once (no lease to wait out), and nothing of the attempt committed; the provider, called
+      // before the insert, keeps its charge.
+      await expect(heldFor(account, key)).resolves.toEqual({ charges: 0, providerCharges: 1, record: null });
+
+      await lock.letGo();
+      const retry = await postCharge(survivor.url, charge, key, account).expect(201);
+      expect(retry.headers['idempotent-replay']).toBeUndefined();
+      // The retry's call to the provider carries the key derived from the same idempotency key: charged once.
+      await expect(heldFor(account, key)).resolves.toEqual(CHARGED_ONCE);
     } finally {
       await lock.letGo();
       await app.close();
     }
-    const retry = await postCharge(survivor.url, charge, key, account).expect(201);
-    expect(retry.headers['idempotent-replay']).toBeUndefined();
-    await expect(heldFor(account, key)).resolves.toEqual({ charges: 1, record: 'completed' });
   });
 });

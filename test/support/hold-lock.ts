@@ -2,6 +2,7 @@ import pg from 'pg';
 
 /** A lock held by a connection of the test's, in an open transaction, until it is let go. */
 export interface HeldLock {
+  /** Rolls the transaction back and closes its connection; a later call (a `finally`'s) waits for the same. */
   letGo(): Promise<void>;
 }
 
@@ -11,10 +12,8 @@ export async function holdLock(url: string, sql: string, params: unknown[] = [])
   await client.connect();
   await client.query('BEGIN');
   await client.query(sql, params);
+  let released: Promise<void> | undefined;
   return {
-    letGo: async () => {
-      await client.query('ROLLBACK');
-      await client.end();
-    },
+    letGo: () => (released ??= client.query('ROLLBACK').then(() => client.end())),
   };
 }
