@@ -1,11 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { once } from 'node:events';
 import { fileURLToPath } from 'node:url';
 import type { INestApplication } from '@nestjs/common';
 import request from 'supertest';
 import { createSampleApp, type SampleAppOptions } from '../../sample-app/create-sample-app.js';
 import type { SampleConfig } from '../../sample-app/sample-config.js';
 import { RecordingLogger } from './recording-logger.js';
+import { stopProcess, trackSpawnedProcess } from './spawned-processes.js';
 
 export { PLATFORMS, type Platform } from './platforms.js';
 
@@ -69,9 +69,13 @@ export async function spawnTypeScriptServer(
     env: { ...process.env, NODE_OPTIONS: '', PORT: '0', ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
+  trackSpawnedProcess(child);
   let output = '';
   const port = await new Promise<number>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`${entry} did not start within 30 s:\n${output}`)), 30_000);
+    const timer = setTimeout(() => {
+      reject(new Error(`${entry} did not start within 30 s:\n${output}`));
+      void stopProcess(child); // it would go on starting, and serve, with no test to stop it
+    }, 30_000);
     const onData = (chunk: Buffer) => {
       output += chunk.toString();
       const match = /listening on port (\d+)/.exec(output);
@@ -87,16 +91,7 @@ export async function spawnTypeScriptServer(
       reject(new Error(`${entry} exited with ${code} before listening:\n${output}`));
     });
   });
-  return {
-    child,
-    url: `http://127.0.0.1:${port}`,
-    close: async () => {
-      if (child.exitCode !== null || child.signalCode !== null) return;
-      const exited = once(child, 'exit');
-      child.kill('SIGKILL');
-      await exited;
-    },
-  };
+  return { child, url: `http://127.0.0.1:${port}`, close: () => stopProcess(child) };
 }
 
 /** A POST as `apiKey`, with `key` as Idempotency-Key when given; a string body is sent form-encoded. */

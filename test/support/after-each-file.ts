@@ -1,0 +1,4 @@
+import { stopSpawnedProcesses } from './spawned-processes.js';
+
+// What every test file ends with, whatever its tests' outcomes (`setupFilesAfterEnv`).
+afterAll(stopSpawnedProcesses);
