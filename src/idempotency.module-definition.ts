@@ -30,18 +30,49 @@ export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
     .setClassMethodName('forRoot')
     // `store` has no default; a JavaScript caller that leaves it out is refused below.
     .setExtras<Partial<IdempotencyModuleExtras>>({ isGlobal: true }, (definition, { isGlobal, store }) => {
-      if (store === undefined) throw new IdempotencySetupError(MISSING_STORE);
+      if (store === undefined || store === null) throw new IdempotencySetupError(MISSING_STORE);
       const storeModule = isStoreModule(store);
       return {
         ...definition,
         global: isGlobal,
         // The store is exported as its module when it has one: Nest re-exports only what a module provides or imports.
         imports: [...(definition.imports ?? []), ...(storeModule ? [store] : [])],
-        providers: [...(definition.providers ?? []), ...(storeModule ? [] : [storeProvider(store)])],
+        providers: [
+          ...(definition.providers ?? []),
+          ...(storeModule ? [] : [storeProvider(store)]),
+          {
+            provide: OPTIONS_OF_OTHER_ROOMS_REFUSED,
+            inject: [IDEMPOTENCY_MODULE_OPTIONS],
+            useFactory: refuseOptionsOfTheStore,
+          },
+        ],
         exports: [...(definition.exports ?? []), storeModule ? store : IDEMPOTENCY_STORE],
       };
     })
     .build();
+
+/** Marks the check below as done; nothing injects it, and Nest creates every provider at start-up. */
+const OPTIONS_OF_OTHER_ROOMS_REFUSED = Symbol('OPTIONS_OF_OTHER_ROOMS_REFUSED');
+
+/** The PostgreSQL store's options, which `IdempotencyModule` took before 0.2.0. */
+const POSTGRES_STORE_OPTIONS = ['tableName', 'dataSource', 'enlistDataSource', 'onTransactionEscape'];
+
+/**
+ * Options a factory returns are not checked by TypeScript: one that belongs elsewhere (a 0.1 configuration's
+ * `enlistDataSource`, say) would be ignored without a word, so it refuses the start, saying where it goes.
+ */
+function refuseOptionsOfTheStore(options: object): true {
+  const misplaced = POSTGRES_STORE_OPTIONS.filter((name) => name in options);
+  if (misplaced.length > 0) {
+    const names = misplaced.join(', ');
+    throw new IdempotencySetupError(
+      `IdempotencyModule got ${names}, which belong to the PostgreSQL store since 0.2.0: give them to ` +
+        `\`store: IdempotencyPostgresModule.forRoot({ ${names} })\` (from 'nest-idempotency/postgres'), or to its ` +
+        'forRootAsync() when they come from configuration.',
+    );
+  }
+  return true;
+}
 
 function isStoreModule(store: IdempotencyStoreChoice): store is DynamicModule | Type {
   return typeof store === 'function' || (typeof store === 'object' && store !== null && 'module' in store);

@@ -80,7 +80,7 @@ function howToCreate(tableName: string): string {
   const migrations =
     tableName === DEFAULT_TABLE_NAME ? '`IdempotencyMigrations`' : `\`idempotencyMigrations('${tableName}')\``;
   return (
-    `Create or update it with the package's migrations: add ${migrations} (from 'nest-idempotency') to your data ` +
+    `Create or update it with the package's migrations: add ${migrations} (from 'nest-idempotency/postgres') to your data ` +
     `source's \`migrations\` and set \`migrationsRun: true\`, or run them with the TypeORM CLI ` +
     `(\`npx typeorm migration:run -d <your data source file>\`). See docs/records-table.md in the repository.`
   );

@@ -52,7 +52,7 @@ export async function assertReplayed<Answer extends HttpAnswer>(
     'true',
     `The second answer (${replay.status}) is not a replay (${replayHeader}: ${mark ?? 'absent'}): the first ` +
       `answer (${first.status}) was not stored. Only routes marked @Idempotent() store their answers; by default ` +
-      'a 5xx, 408, 425 or 429 releases the key (isFinalStatus), and a streamed response or a body over ' +
+      'a 5xx, 400, 408, 425 or 429 releases the key (isFinalStatus), and a streamed response or a body over ' +
       'maxStoredBodyBytes is not stored.',
   );
   assert.equal(replay.status, first.status, 'The replay has another status than the first answer.');

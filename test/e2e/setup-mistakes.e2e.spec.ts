@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
+import { Body, Controller, type INestApplication, Module, Post } from '@nestjs/common';
 import { ExpressAdapter } from '@nestjs/platform-express';
 import { FastifyAdapter, type NestFastifyApplication } from '@nestjs/platform-fastify';
 import { Test } from '@nestjs/testing';
@@ -7,6 +7,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import express from 'express';
 import request from 'supertest';
 import {
+  IDEMPOTENCY_STORE,
   type IdempotencyStore,
   Idempotent,
   IdempotencyModule,
@@ -379,6 +380,41 @@ describe('the store and its data source', () => {
   it('a `store` that is neither a store nor a module is refused', () => {
     const store = { tableName: 'idempotency_records' } as unknown as IdempotencyStore;
     expect(() => IdempotencyModule.forRoot({ singleTenant: true, store })).toThrow(/is neither a store nor a module/);
+  });
+
+  it('a `store` of null is refused like a missing one', () => {
+    const store = null as unknown as IdempotencyStore;
+    expect(() => IdempotencyModule.forRoot({ singleTenant: true, store })).toThrow(
+      /needs to be told where its records live/,
+    );
+  });
+
+  // A factory's return value is not checked by TypeScript: a 0.1 configuration's PostgreSQL options would be ignored.
+  it("the PostgreSQL store's options returned by a forRootAsync factory refuse the start, saying where they go", async () => {
+    const starting = Test.createTestingModule({
+      imports: [
+        database(),
+        IdempotencyModule.forRootAsync({
+          store: IdempotencyPostgresModule.forRoot(),
+          useFactory: () => ({ singleTenant: true, enlistDataSource: true, tableName: 'idempotency_records' }),
+        }),
+      ],
+    }).compile();
+    await expectSetupError(
+      starting,
+      /got tableName, enlistDataSource, which belong to the PostgreSQL store since 0\.2\.0: give them to `store: IdempotencyPostgresModule\.forRoot\(\{ tableName, enlistDataSource \}\)`/,
+    );
+  });
+
+  it('a module that provides something else than a store under IDEMPOTENCY_STORE refuses the start', async () => {
+    @Module({ providers: [{ provide: IDEMPOTENCY_STORE, useValue: { hello: 1 } }], exports: [IDEMPOTENCY_STORE] })
+    class NotAStoreModule {}
+    await expectSetupError(
+      Test.createTestingModule({
+        imports: [IdempotencyModule.forRoot({ store: NotAStoreModule, singleTenant: true })],
+      }).compile(),
+      /IDEMPOTENCY_STORE is not an IdempotencyStore \(it has no claim method\): got an object/,
+    );
   });
 
   it('a named data source without `dataSource` is refused with a hint at the option', async () => {

@@ -157,7 +157,7 @@ describe('the check at start-up', () => {
       'The idempotency table "idempotency_records" does not exist in the database.',
     );
     await expect(refusal).rejects.toThrow(
-      /add `IdempotencyMigrations` \(from 'nest-idempotency'\) to your data source's `migrations` and set `migrationsRun: true`, or run them with the TypeORM CLI/,
+      /add `IdempotencyMigrations` \(from 'nest-idempotency\/postgres'\) to your data source's `migrations` and set `migrationsRun: true`, or run them with the TypeORM CLI/,
     );
   });
 
