@@ -16,12 +16,20 @@ tarball="$(npm pack --silent --pack-destination .pack | tail -n 1)"
 # A fixed name, so that the examples' package.json can point at it.
 mv ".pack/$tarball" .pack/nest-idempotency.tgz
 
+tarball="$PWD/.pack/nest-idempotency.tgz"
+# Each example runs from a copy outside this repository, as an adopter's application would: inside it, Node would
+# also resolve packages from the repository's own node_modules (TypeORM and pg among them), which an adopter has not.
+workdir="$(mktemp -d)"
+trap 'rm -rf "$workdir"' EXIT
 for example in examples/*/; do
-  echo "== $example"
+  name="$(basename "$example")"
+  echo "== $example (in $workdir/$name)"
+  cp -R "$example" "$workdir/$name"
+  rm -rf "$workdir/$name/node_modules"
   (
-    cd "$example"
+    cd "$workdir/$name"
+    npm pkg set "dependencies.nest-idempotency=file:$tarball"
     # No lock file: the tarball changes with every build, and its integrity with it.
-    rm -rf node_modules/nest-idempotency
     npm install --no-audit --no-fund --no-package-lock
     npm test
   )
