@@ -1,5 +1,6 @@
 import { ConfigurableModuleBuilder, type DynamicModule, type Provider, type Type } from '@nestjs/common';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
+import { describedValue } from './protocol/described-value.js';
 import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import type { IdempotencyStore } from './protocol/idempotency-store.interface.js';
@@ -45,11 +46,27 @@ export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
             inject: [IDEMPOTENCY_MODULE_OPTIONS],
             useFactory: refuseOptionsOfTheStore,
           },
+          // A store module's store is known only once Nest has made it.
+          ...(storeModule
+            ? [{ provide: STORE_MODULE_CHECKED, inject: [IDEMPOTENCY_STORE], useFactory: checkStore }]
+            : []),
         ],
         exports: [...(definition.exports ?? []), storeModule ? store : IDEMPOTENCY_STORE],
       };
     })
     .build();
+
+/** Marks the check of a store module's store as done; nothing injects it, and Nest creates every provider at start-up. */
+const STORE_MODULE_CHECKED = Symbol('STORE_MODULE_CHECKED');
+
+function checkStore(store: unknown): true {
+  if (typeof (store as Partial<IdempotencyStore> | undefined)?.claim !== 'function') {
+    throw new IdempotencySetupError(
+      `IDEMPOTENCY_STORE is not an IdempotencyStore (it has no claim method): got ${describedValue(store)}.`,
+    );
+  }
+  return true;
+}
 
 /** Marks the check below as done; nothing injects it, and Nest creates every provider at start-up. */
 const OPTIONS_OF_OTHER_ROOMS_REFUSED = Symbol('OPTIONS_OF_OTHER_ROOMS_REFUSED');

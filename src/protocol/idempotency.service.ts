@@ -92,12 +92,6 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: ProtocolModuleOptions,
   ) {
-    // A store provided by a module of the application's is only known here; one that is not a store fails the start.
-    if (typeof (store as Partial<IdempotencyStore> | undefined)?.claim !== 'function') {
-      throw new IdempotencySetupError(
-        `IDEMPOTENCY_STORE is not an IdempotencyStore (it has no claim method): got ${describedValue(store)}.`,
-      );
-    }
     resolvePolicy(options); // invalid module options fail at start-up, not on the first request
     checkTenancy(options);
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options), this.logger);
