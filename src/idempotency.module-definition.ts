@@ -59,8 +59,13 @@ export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
 /** Marks the check of a store module's store as done; nothing injects it, and Nest creates every provider at start-up. */
 const STORE_MODULE_CHECKED = Symbol('STORE_MODULE_CHECKED');
 
+/** A store is told from anything else by its `claim` method, whichever way it was given. */
+function isStore(value: unknown): value is IdempotencyStore {
+  return typeof (value as Partial<IdempotencyStore> | null | undefined)?.claim === 'function';
+}
+
 function checkStore(store: unknown): true {
-  if (typeof (store as Partial<IdempotencyStore> | undefined)?.claim !== 'function') {
+  if (!isStore(store)) {
     throw new IdempotencySetupError(
       `IDEMPOTENCY_STORE is not an IdempotencyStore (it has no claim method): got ${describedValue(store)}.`,
     );
@@ -96,7 +101,7 @@ function isStoreModule(store: IdempotencyStoreChoice): store is DynamicModule | 
 }
 
 function storeProvider(store: IdempotencyStore): Provider {
-  if (typeof (store as Partial<IdempotencyStore>).claim !== 'function') {
+  if (!isStore(store)) {
     throw new IdempotencySetupError(`IdempotencyModule's \`store\` is neither a store nor a module. ${MISSING_STORE}`);
   }
   return { provide: IDEMPOTENCY_STORE, useValue: store };
