@@ -30,30 +30,35 @@ export const { ConfigurableModuleClass: ConfigurableIdempotencyModule } =
   new ConfigurableModuleBuilder<IdempotencyModuleOptions>({ optionsInjectionToken: IDEMPOTENCY_MODULE_OPTIONS })
     .setClassMethodName('forRoot')
     // `store` has no default; a JavaScript caller that leaves it out is refused below.
-    .setExtras<Partial<IdempotencyModuleExtras>>({ isGlobal: true }, (definition, { isGlobal, store }) => {
-      if (store === undefined || store === null) throw new IdempotencySetupError(MISSING_STORE);
-      const storeModule = isStoreModule(store);
-      return {
-        ...definition,
-        global: isGlobal,
-        // The store is exported as its module when it has one: Nest re-exports only what a module provides or imports.
-        imports: [...(definition.imports ?? []), ...(storeModule ? [store] : [])],
-        providers: [
-          ...(definition.providers ?? []),
-          ...(storeModule ? [] : [storeProvider(store)]),
-          {
-            provide: OPTIONS_OF_OTHER_ROOMS_REFUSED,
-            inject: [IDEMPOTENCY_MODULE_OPTIONS],
-            useFactory: refuseOptionsOfTheStore,
-          },
-          // A store module's store is known only once Nest has made it.
-          ...(storeModule
-            ? [{ provide: STORE_MODULE_CHECKED, inject: [IDEMPOTENCY_STORE], useFactory: checkStore }]
-            : []),
-        ],
-        exports: [...(definition.exports ?? []), storeModule ? store : IDEMPOTENCY_STORE],
-      };
-    })
+    .setExtras<Partial<IdempotencyModuleExtras>>(
+      // `store` is listed so that Nest keeps it out of the options it provides: it is wiring, not an option.
+      { isGlobal: true, store: undefined },
+      (definition, { isGlobal, store }) => {
+        if (store === undefined || store === null) throw new IdempotencySetupError(MISSING_STORE);
+        const storeModule = isStoreModule(store);
+        if (typeof store === 'function') checkStoreClass(store);
+        return {
+          ...definition,
+          global: isGlobal,
+          // The store is exported as its module when it has one: Nest re-exports only what a module provides or imports.
+          imports: [...(definition.imports ?? []), ...(storeModule ? [store] : [])],
+          providers: [
+            ...(definition.providers ?? []),
+            ...(storeModule ? [] : [storeProvider(store)]),
+            {
+              provide: OPTIONS_OF_OTHER_ROOMS_REFUSED,
+              inject: [IDEMPOTENCY_MODULE_OPTIONS],
+              useFactory: refuseOptionsOfTheStore,
+            },
+            // A store module's store is known only once Nest has made it.
+            ...(storeModule
+              ? [{ provide: STORE_MODULE_CHECKED, inject: [IDEMPOTENCY_STORE], useFactory: checkStore }]
+              : []),
+          ],
+          exports: [...(definition.exports ?? []), storeModule ? store : IDEMPOTENCY_STORE],
+        };
+      },
+    )
     .build();
 
 /** Marks the check of a store module's store as done; nothing injects it, and Nest creates every provider at start-up. */
@@ -94,6 +99,24 @@ function refuseOptionsOfTheStore(options: object): true {
     );
   }
   return true;
+}
+
+/**
+ * A class given as `store` is imported as a module. Two slips look alike to Nest's injector, which would answer them
+ * with a missing provider: a store's class without `new`, and a configurable module without its `forRoot()`.
+ */
+function checkStoreClass(store: Type): void {
+  if (isStore(store.prototype)) {
+    throw new IdempotencySetupError(
+      `IdempotencyModule's \`store\` is the class ${store.name}, not a store: give an instance, \`store: new ${store.name}()\`.`,
+    );
+  }
+  if (typeof (store as Type & { forRoot?: unknown }).forRoot === 'function') {
+    throw new IdempotencySetupError(
+      `IdempotencyModule's \`store\` is the module ${store.name} itself, which is configured by its forRoot(): give ` +
+        `\`store: ${store.name}.forRoot()\` (or its forRootAsync()).`,
+    );
+  }
 }
 
 function isStoreModule(store: IdempotencyStoreChoice): store is DynamicModule | Type {

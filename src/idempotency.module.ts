@@ -12,6 +12,29 @@ import type { IdempotencyTransport } from './protocol/idempotency-transport.inte
 import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
+import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
+import { IdempotencyLifecycle } from './protocol/idempotency-lifecycle.js';
+
+/** Marks the check below as done; nothing injects it, and Nest creates every provider at start-up. */
+const ONE_MODULE_CHECKED = Symbol('ONE_MODULE_CHECKED');
+
+/**
+ * Each copy of the module registers its interceptor app-wide: with two, a request is claimed twice, and the inner
+ * claim finds the outer one in progress (409), on every request. Nest makes two copies of `forRoot()` called twice
+ * with different options.
+ */
+function refuseMoreThanOne(modules: ModulesContainer): true {
+  const copies = [...modules.values()].filter(({ metatype }) => metatype === IdempotencyModule).length;
+  if (copies > 1) {
+    throw new IdempotencySetupError(
+      `IdempotencyModule is imported ${copies} times with different options, and each copy would claim every ` +
+        'request: call IdempotencyModule.forRoot() (or forRootAsync()) once, in the root module. It is global, so ' +
+        'the other modules inject IdempotencyService without importing it; a route that needs other options says ' +
+        'so in its @Idempotent().',
+    );
+  }
+  return true;
+}
 
 /**
  * `IdempotencyModule.forRoot({ store, ...options })` / `forRootAsync({ store, imports, inject, useFactory })`: global
@@ -21,6 +44,7 @@ import { IdempotencyService } from './protocol/idempotency.service.js';
 @Module({
   providers: [
     IdempotencyService,
+    IdempotencyLifecycle,
     IdempotencyContext,
     HttpPlatformCheck,
     DrainBeforeClose,
@@ -33,6 +57,7 @@ import { IdempotencyService } from './protocol/idempotency.service.js';
     },
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
+    { provide: ONE_MODULE_CHECKED, inject: [ModulesContainer], useFactory: refuseMoreThanOne },
   ],
   exports: [IdempotencyService, IdempotencyContext],
 })

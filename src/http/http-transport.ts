@@ -51,7 +51,6 @@ interface HttpCall extends IdempotentCall {
  */
 @Injectable()
 export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicationBootstrap {
-  readonly contextType = 'http';
   private readonly logger = new Logger('Idempotency');
   private readonly plans: RoutePlans;
   /** What has been logged already of what is logged once (per endpoint, or per set-up problem). */
@@ -80,6 +79,10 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     // An application without idempotent routes starts on any platform (`HttpPlatformCheck`); one with them, on these.
     const platform = adapter.getType();
     if (isSupportedHttpPlatform(platform)) this.platform = httpPlatformFor(platform);
+  }
+
+  serves(context: ExecutionContext): boolean {
+    return context.getType() === 'http';
   }
 
   async read(context: ExecutionContext): Promise<HttpCall | undefined> {

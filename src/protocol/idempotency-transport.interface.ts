@@ -21,8 +21,11 @@ export interface IdempotentCall {
  * its claim, capturing its outcome and ending the claim once; and render a refusal as its clients expect one.
  */
 export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCall> {
-  /** The `context.getType()` of the calls it serves (`'http'`, `'rpc'`, `'graphql'`). */
-  readonly contextType: string;
+  /**
+   * Whether `context` is one of its calls. Not the context's type alone: every message consumer's is `'rpc'`,
+   * whichever the broker, so a RabbitMQ transport and a NATS one tell theirs apart by their context's class.
+   */
+  serves(context: ExecutionContext): boolean;
   /**
    * The call, or `undefined` to let it through unguarded (a route that is not idempotent, a safe method, no key where
    * none is required). A call that cannot be served is refused by throwing an `IdempotencyError`.

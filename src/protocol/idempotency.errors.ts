@@ -14,7 +14,7 @@ export type IdempotencyErrorCode =
 /**
  * A refusal of the module: a stable `code`, a human message, and, when retrying later may succeed, how long to wait.
  * Protocol-neutral: each edge renders it (HTTP: a status, JSON `{ statusCode, error, message }` and `Retry-After`, see
- * `src/http/http-errors.ts`); `IdempotencyService.execute()` throws it as it is.
+ * `src/http/http-answers.ts`); `IdempotencyService.execute()` throws it as it is.
  */
 export class IdempotencyError extends Error {
   constructor(
@@ -134,10 +134,13 @@ export class IdempotencyStoreUnavailableError extends IdempotencyError {
 }
 
 export class IdempotencyShuttingDownError extends IdempotencyError {
-  constructor(retryAfterSeconds: number) {
+  /** `abandoned`: the request had begun, and shutdown ended it before its handler finished. */
+  constructor(retryAfterSeconds: number, abandoned = false) {
     super(
       'idempotency_shutting_down',
-      'This server is shutting down and takes no new idempotent requests. Retry with the same key.',
+      abandoned
+        ? 'This server shut down before this request finished, and released its key. Retry with the same key.'
+        : 'This server is shutting down and takes no new idempotent requests. Retry with the same key.',
       retryAfterSeconds,
     );
   }

@@ -12,17 +12,13 @@ import { IdempotencyService } from './idempotency.service.js';
  */
 @Injectable()
 export class IdempotencyInterceptor implements NestInterceptor {
-  private readonly transports: ReadonlyMap<string, IdempotencyTransport>;
-
   constructor(
     private readonly idempotency: IdempotencyService,
-    @Inject(IDEMPOTENCY_TRANSPORTS) transports: IdempotencyTransport[],
-  ) {
-    this.transports = new Map(transports.map((transport) => [transport.contextType, transport]));
-  }
+    @Inject(IDEMPOTENCY_TRANSPORTS) private readonly transports: readonly IdempotencyTransport[],
+  ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
-    const transport = this.transports.get(context.getType());
+    const transport = this.transports.find((candidate) => candidate.serves(context));
     return transport ? this.serve(transport, context, next) : next.handle();
   }
 

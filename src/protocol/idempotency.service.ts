@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { type BeforeApplicationShutdown, Inject, Injectable, Logger, type OnModuleInit } from '@nestjs/common';
+import { Inject, Injectable, Logger } from '@nestjs/common';
 import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
@@ -22,7 +22,6 @@ import { canonicalJson } from '../shared/canonical-json.js';
 import { runWithin } from './current-run.js';
 import { describedValue } from './described-value.js';
 import type { ProtocolModuleOptions, ProtocolIdempotentOptions } from './idempotency-options.interface.js';
-import { IdempotencySetupError } from './idempotency-setup.error.js';
 import { IdempotencyRun } from './idempotency-run.js';
 import { assertFaithfulJson } from './json-input.js';
 import type { JsonResult } from './jsonified.js';
@@ -78,8 +77,10 @@ export interface ExecuteResult<T> {
  * The protocol, independent of HTTP: claim the key, compare fingerprints, replay or run, then finalize.
  */
 @Injectable()
-export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdown {
+export class IdempotencyService {
   private readonly logger = new Logger('Idempotency');
+  /** The module's options resolved (and checked, so that invalid ones refuse the start): `execute()`'s base. */
+  private readonly modulePolicy: IdempotencyPolicy;
   private readonly purge: ExpiredRecordsPurge;
   private readonly leases: LeaseRenewals;
   private readonly replays: ReplayCache;
@@ -90,11 +91,11 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: ProtocolModuleOptions,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions,
   ) {
-    resolvePolicy(options); // invalid module options fail at start-up, not on the first request
+    this.modulePolicy = resolvePolicy(options);
     checkTenancy(options);
-    this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options), this.logger);
+    this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options).batchSize);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.attempts = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
     this.claims = new ClaimEnding(store, this.logger, (run, response, policy) =>
@@ -107,34 +108,6 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     );
   }
 
-  async onModuleInit(): Promise<void> {
-    if (this.store.processLocal) {
-      this.logger.warn(
-        "IdempotencyModule keeps its records in this process's memory: they are not shared with the application's " +
-          'other instances nor kept across a restart, so a retry that reaches another instance (or this one after a ' +
-          'restart) runs again. Use it for tests and single-process tools; in production, a shared store ' +
-          "(IdempotencyPostgresModule from 'nest-idempotency/postgres').",
-      );
-    }
-    await this.checkStoreSchema();
-    this.purge.schedule();
-  }
-
-  /**
-   * A store that cannot work refuses the start; one that cannot be reached now (the database restarting) may be
-   * reached later, and its requests are answered 503 meanwhile, so that is only a warning.
-   */
-  private async checkStoreSchema(): Promise<void> {
-    try {
-      await this.store.checkSchema?.();
-    } catch (error) {
-      if (error instanceof IdempotencySetupError) throw error;
-      this.logger.warn(
-        `Could not check the idempotency table at start-up: ${error instanceof Error ? error.message : error}`,
-      );
-    }
-  }
-
   /**
    * Graceful shutdown's drain: new claims are refused (503 + `Retry-After`), running attempts get up to
    * `shutdownTimeoutSeconds` to finish and store their outcomes, and those still running then are ended: their claims
@@ -143,16 +116,9 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
    * application's providers are destroyed, which running work still uses: an HTTP application drains in its adapter's
    * `beforeClose()`, which `app.close()` awaits before any shutdown hook; an application context calls it itself.
    */
-  drain(): Promise<void> {
-    this.purge.stop();
-    return this.attempts.drain((run, attempt) => this.abandon(run, attempt));
-  }
-
-  /** Closes the store, after the drain (begun here if nothing began it earlier). */
-  async beforeApplicationShutdown(): Promise<void> {
-    await this.drain();
+  async drain(): Promise<void> {
+    await this.attempts.drain((run, attempt) => this.abandon(run, attempt));
     this.leases.stopAll();
-    await this.store.close?.();
   }
 
   /** Registers how the attempt's client is answered if shutdown ends the attempt before its handler is done. */
@@ -170,7 +136,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     );
     if (run.transaction) await this.claims.cut(run.transaction, policy);
     await this.claims.release(run.claim, policy);
-    attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
+    attempt.onAbandoned?.(new IdempotencyShuttingDownError(policy.retryAfterSeconds, true));
   }
 
   /**
@@ -253,7 +219,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     this.leases.stop(run);
     const attempt = this.attempts.get(run);
     try {
-      if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds, true);
       if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
       return await this.claims.end(run, outcome, policy, () => this.termsOf(run));
     } finally {
@@ -294,7 +260,7 @@ export class IdempotencyService implements OnModuleInit, BeforeApplicationShutdo
     work: (run: IdempotencyRun) => Promise<T>,
     options: ProtocolIdempotentOptions = {},
   ): Promise<ExecuteResult<T>> {
-    const policy = resolvePolicy(this.options, options);
+    const policy = resolvePolicy(this.modulePolicy, options);
     const scope = scopeOfOperation(operation);
     assertFaithfulJson(operation.input ?? null, 'input'); // before anything is claimed
     const fingerprint = createHash('sha256')

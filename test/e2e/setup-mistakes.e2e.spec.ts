@@ -7,6 +7,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import express from 'express';
 import request from 'supertest';
 import {
+  IDEMPOTENCY_MODULE_OPTIONS,
   IDEMPOTENCY_STORE,
   type IdempotencyStore,
   Idempotent,
@@ -14,6 +15,7 @@ import {
   IdempotencyService,
   type IdempotencyModuleOptions,
   IdempotencySetupError,
+  InMemoryIdempotencyStore,
 } from '../../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -414,6 +416,46 @@ describe('the store and its data source', () => {
         imports: [IdempotencyModule.forRoot({ store: NotAStoreModule, singleTenant: true })],
       }).compile(),
       /IDEMPOTENCY_STORE is not an IdempotencyStore \(it has no claim method\): got an object/,
+    );
+  });
+
+  it("a store's class without `new` is refused, naming the instance to give", () => {
+    const store = InMemoryIdempotencyStore as unknown as IdempotencyStore;
+    expect(() => IdempotencyModule.forRoot({ singleTenant: true, store })).toThrow(
+      /`store` is the class InMemoryIdempotencyStore, not a store: give an instance, `store: new InMemoryIdempotencyStore\(\)`/,
+    );
+  });
+
+  // The compiler accepts it: a module's class is a way to give a store.
+  it('a configurable store module without its forRoot() is refused, naming the call', () => {
+    expect(() => IdempotencyModule.forRoot({ singleTenant: true, store: IdempotencyPostgresModule })).toThrow(
+      /`store` is the module IdempotencyPostgresModule itself.*`store: IdempotencyPostgresModule\.forRoot\(\)`/,
+    );
+  });
+
+  it('`store` is wiring, not an option: the options the module provides do not hold it', async () => {
+    const store = new InMemoryIdempotencyStore();
+    const moduleRef = await Test.createTestingModule({
+      imports: [IdempotencyModule.forRoot({ store, singleTenant: true, ttlSeconds: 60 })],
+    }).compile();
+    try {
+      expect(moduleRef.get(IDEMPOTENCY_MODULE_OPTIONS)).toEqual({ singleTenant: true, ttlSeconds: 60 });
+    } finally {
+      await moduleRef.close();
+    }
+  });
+
+  it('two copies of the module with different options refuse the start: each would claim every request', async () => {
+    @Module({ imports: [IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore(), singleTenant: true })] })
+    class BillingModule {}
+    await expectSetupError(
+      Test.createTestingModule({
+        imports: [
+          BillingModule,
+          IdempotencyModule.forRoot({ store: new InMemoryIdempotencyStore(), singleTenant: true, ttlSeconds: 60 }),
+        ],
+      }).compile(),
+      /IdempotencyModule is imported 2 times with different options, .*call IdempotencyModule\.forRoot\(\) \(or forRootAsync\(\)\) once, in the root module/,
     );
   });
 

@@ -106,7 +106,10 @@ describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s',
       const { account, key, answer, exited, output } = await chargeThenTerminate(app, insertWaitsOnLock);
       const refused = await postCharge(app.url, charge, randomUUID(), account);
       expect(refused.status).toBe(503);
-      expect(refused.body).toMatchObject({ error: 'idempotency_shutting_down' });
+      expect(refused.body).toMatchObject({
+        error: 'idempotency_shutting_down',
+        message: expect.stringMatching(/shutting down and takes no new idempotent requests/),
+      });
       expect(refused.headers['retry-after']).toBe('2');
       // The spawned process runs on the platform: Express names itself in X-Powered-By, Fastify does not.
       expect(refused.headers['x-powered-by']).toBe(platform === 'express' ? 'Express' : undefined);
@@ -161,7 +164,11 @@ describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s',
       const { account, key, answer, exited } = await chargeThenTerminate(app, insertWaitsOnLock);
       const first = (await answer) as { status: number; body: unknown; headers: Record<string, string> };
       expect(first.status).toBe(503);
-      expect(first.body).toMatchObject({ error: 'idempotency_shutting_down' });
+      // Not "takes no new requests": this one was taken, and ended.
+      expect(first.body).toMatchObject({
+        error: 'idempotency_shutting_down',
+        message: expect.stringMatching(/shut down before this request finished, and released its key/),
+      });
       expect(first.headers['retry-after']).toBe('2');
       const [code] = await exited;
       expect(code).toBe(0);

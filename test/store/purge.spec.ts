@@ -1,5 +1,6 @@
 import { type INestApplicationContext, Module } from '@nestjs/common';
 import { IdempotencyKeyReuseError, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
+import { IdempotencyLifecycle } from '../../src/protocol/idempotency-lifecycle.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { startTestContext } from '../support/test-app.js';
@@ -80,23 +81,27 @@ describe('IdempotencyService.purgeExpired', () => {
   });
 });
 
-const purgeTimerOf = (service: IdempotencyService) =>
-  (service as unknown as { purge: { timer?: NodeJS.Timeout } }).purge.timer;
+/** The scheduled purge's timer, read off the module's lifecycle (the last context started). */
+function purgeTimer(): NodeJS.Timeout | undefined {
+  const lifecycle: object = contexts.at(-1)!.get(IdempotencyLifecycle, { strict: false });
+  return (lifecycle as { purgeTimer?: NodeJS.Timeout }).purgeTimer;
+}
 
 describe('purgeIntervalSeconds', () => {
   it('starts a purge timer by default, which does not keep the process alive', async () => {
-    const timer = purgeTimerOf(await startModule({}));
-    expect(timer?.hasRef()).toBe(false);
+    await startModule({});
+    expect(purgeTimer()?.hasRef()).toBe(false);
   });
 
   it('starts no timer when false', async () => {
-    expect(purgeTimerOf(await startModule({ purgeIntervalSeconds: false }))).toBeUndefined();
+    await startModule({ purgeIntervalSeconds: false });
+    expect(purgeTimer()).toBeUndefined();
   });
 
   it('purges on a timer that does not keep the process alive', async () => {
     await db.query('DELETE FROM idempotency_records');
-    const service = await startModule({ purgeIntervalSeconds: 0.1, purgeBatchSize: 7 });
-    expect(purgeTimerOf(service)?.hasRef()).toBe(false);
+    await startModule({ purgeIntervalSeconds: 0.1, purgeBatchSize: 7 });
+    expect(purgeTimer()?.hasRef()).toBe(false);
     await insertRecords(20, '-1 minute');
     await insertRecords(2, '1 hour');
     await waitFor(async () => ((await remaining()) === 2 ? true : undefined), 'the timer to purge the expired records');

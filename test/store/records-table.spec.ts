@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import type { DynamicModule } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, type MigrationInterface } from 'typeorm';
@@ -131,7 +132,11 @@ describe('the check at start-up', () => {
   /** Starts an app on the test's database with `migrations` run (none: the table is never created). */
   async function start(
     migrations: (new () => MigrationInterface)[],
-    { tableName, before }: { tableName?: string; before?: () => Promise<unknown> } = {},
+    {
+      tableName,
+      before,
+      store = IdempotencyPostgresModule.forRoot({ tableName }),
+    }: { tableName?: string; before?: () => Promise<unknown>; store?: DynamicModule } = {},
   ): Promise<void> {
     const dataSource = new DataSource({ type: 'postgres', url: db.url, migrations });
     await dataSource.initialize();
@@ -141,7 +146,7 @@ describe('the check at start-up', () => {
     const moduleRef = await Test.createTestingModule({
       imports: [
         TypeOrmModule.forRoot({ type: 'postgres', url: db.url }),
-        IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot({ tableName }), singleTenant: true }),
+        IdempotencyModule.forRoot({ store, singleTenant: true }),
       ],
     }).compile();
     try {
@@ -166,6 +171,11 @@ describe('the check at start-up', () => {
     await expect(start([], { tableName: 'billing.idem_keys' })).rejects.toThrow(
       /"billing.idem_keys" does not exist.*`idempotencyMigrations\('billing.idem_keys'\)`/,
     );
+  });
+
+  it("takes the store's options from its forRootAsync() factory (the table it checks is the factory's)", async () => {
+    const store = IdempotencyPostgresModule.forRootAsync({ useFactory: () => ({ tableName: 'billing.idem_keys' }) });
+    await expect(start([], { store })).rejects.toThrow(/"billing.idem_keys" does not exist/);
   });
 
   it("refuses the previous version's table, naming the missing columns", async () => {
