@@ -27,7 +27,7 @@ import { PLATFORMS, type PlatformRequest as Request } from '../support/platforms
 import { useTestDatabase } from '../support/test-database.js';
 import { useTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
-import { CHECKED_AT_COMMIT, WORK_LOG, workRowsOf } from '../support/work-log.js';
+import { CHECKED_AT_COMMIT, expectRefusedKeepingNothing, WORK_LOG, workRowsOf } from '../support/work-log.js';
 
 /** The gate the next request to a gated route waits at (each gate holds one request). */
 const gates = new GateQueue();
@@ -221,10 +221,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     it("answers 503 instead of the handler's response when the commit fails, keeping nothing", async () => {
       const key = randomUUID();
       const response = await post('/tx/fails-at-commit', key).expect(503);
-      expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
-      expect(response.headers['retry-after']).toBe('2');
-      await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
-      await expect(recordOf(key)).resolves.toBeUndefined();
+      await expectRefusedKeepingNothing(db, key, response);
     });
 
     it("takes no answer given before the handler is done (an outer timeout) for its outcome: the handler's own outcome commits and replays", async () => {

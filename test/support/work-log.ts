@@ -37,3 +37,30 @@ export async function expectOneRunReplayed(
   await expect(retry()).resolves.toMatchObject({ status: 201, body: { ...body, id: row.id } });
   await expect(workRowsOf(db, key)).resolves.toHaveLength(1);
 }
+
+/**
+ * Once the outcome of `key` is stored: one run wrote its row, and `retry` answers 201 as a replay of that row.
+ * Returns the replay, for what a test checks besides.
+ */
+export async function expectReplayOfOneRun(
+  db: TestDatabase,
+  key: string,
+  retry: () => Promise<Response>,
+): Promise<Response> {
+  await outcomeStored(db, key);
+  const rows = await workRowsOf(db, key);
+  expect(rows).toHaveLength(1);
+  const replay = await retry();
+  expect(replay.status).toBe(201);
+  expect(replay.headers['idempotent-replay']).toBe('true');
+  expect(replay.body).toEqual({ id: rows[0].id });
+  return replay;
+}
+
+/** `response` refused a run whose commit failed (`checked_at_commit`'s check): a 503 to retry, and nothing kept. */
+export async function expectRefusedKeepingNothing(db: TestDatabase, key: string, response: Response): Promise<void> {
+  expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
+  expect(response.headers['retry-after']).toBe('2');
+  await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+  await expect(statusOf(db, key)).resolves.toBeUndefined();
+}
