@@ -99,6 +99,14 @@ async function startApp(
   return app;
 }
 
+/** A request to the waiting route answers, and its listener stays on a connection of the pool. */
+async function expectListenerHeld() {
+  await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
+  await expect(
+    db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
+  ).resolves.toHaveLength(1);
+}
+
 const post = (path: string, key: string) => request(url).post(`/bounded/${path}`).set('Idempotency-Key', key).send({});
 
 describe.each(PLATFORMS)('on %s', (platform) => {
@@ -193,10 +201,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 
     it('run at most pool size - 3 at once while a route waits in flight, whose listener holds a slot', async () => {
       await startApp(platform, 5, { storeTimeoutSeconds: 1 });
-      await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-      await expect(
-        db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
-      ).resolves.toHaveLength(1);
+      await expectListenerHeld();
       await expectFiveHeldOfWhichRun(2);
     });
 
@@ -220,10 +225,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   describe('a pool of three (one transaction slot)', () => {
     it('keeps its transaction slot for transactional routes once a route waits in flight: the listener takes a free connection', async () => {
       await startApp(platform, 3, { storeTimeoutSeconds: 1 });
-      await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-      await expect(
-        db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
-      ).resolves.toHaveLength(1);
+      await expectListenerHeld();
       const answer = post('tx', randomUUID()).then((response) => response);
       await Promise.race([gate.reached, answer]); // refused at once (503) when it finds no slot
       gate.release();
