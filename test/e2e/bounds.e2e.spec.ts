@@ -11,7 +11,7 @@ import { Gate } from '../support/gate.js';
 import { headerOf, type Platform, PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { expectHeldThroughout } from '../support/lease.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { useTestDatabase } from '../support/test-database.js';
 import { startTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
@@ -61,14 +61,10 @@ class FirstRenewalHangs extends PostgresIdempotencyStore {
   }
 }
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const logger = new RecordingLogger();
 let app: INestApplication | undefined;
 let url: string;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
 
 beforeEach(() => {
   gate = new Gate();
@@ -79,10 +75,6 @@ afterEach(async () => {
   gate.release(); // a failed test may leave handlers at the gate; the server cannot close before they answer
   await app?.close();
   app = undefined;
-});
-
-afterAll(async () => {
-  await db?.drop();
 });
 
 /** Starts the app on `platform` on a pool of `poolSize` connections, with the real store or a subclass of it. */
@@ -105,6 +97,14 @@ async function startApp(
     logger,
   }));
   return app;
+}
+
+/** A request to the waiting route answers, and its listener stays on a connection of the pool. */
+async function expectListenerHeld() {
+  await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
+  await expect(
+    db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
+  ).resolves.toHaveLength(1);
 }
 
 const post = (path: string, key: string) => request(url).post(`/bounded/${path}`).set('Idempotency-Key', key).send({});
@@ -185,26 +185,24 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       return { running: entered, answers };
     }
 
-    it('run at most pool size - 2 at once, and a claim on another route still succeeds meanwhile', async () => {
-      await startApp(platform, 5, { storeTimeoutSeconds: 1 });
-      const { running, answers } = await holdFive();
-      expect(running).toBe(3);
+    /** Of five held requests, `running` run at once; a claim on another route succeeds meanwhile; those `running` answer 201. */
+    async function expectFiveHeldOfWhichRun(running: number) {
+      const held = await holdFive();
+      expect(held.running).toBe(running);
       await post('plain', randomUUID()).expect(201);
       gate.release();
-      expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(3);
+      expect((await Promise.all(held.answers)).filter((response) => response.status === 201)).toHaveLength(running);
+    }
+
+    it('run at most pool size - 2 at once, and a claim on another route still succeeds meanwhile', async () => {
+      await startApp(platform, 5, { storeTimeoutSeconds: 1 });
+      await expectFiveHeldOfWhichRun(3);
     });
 
     it('run at most pool size - 3 at once while a route waits in flight, whose listener holds a slot', async () => {
       await startApp(platform, 5, { storeTimeoutSeconds: 1 });
-      await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-      await expect(
-        db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
-      ).resolves.toHaveLength(1);
-      const { running, answers } = await holdFive();
-      expect(running).toBe(2);
-      await post('plain', randomUUID()).expect(201);
-      gate.release();
-      expect((await Promise.all(answers)).filter((response) => response.status === 201)).toHaveLength(2);
+      await expectListenerHeld();
+      await expectFiveHeldOfWhichRun(2);
     });
 
     it('leave no slot to a listener or a transaction that gave up waiting for one', async () => {
@@ -227,10 +225,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   describe('a pool of three (one transaction slot)', () => {
     it('keeps its transaction slot for transactional routes once a route waits in flight: the listener takes a free connection', async () => {
       await startApp(platform, 3, { storeTimeoutSeconds: 1 });
-      await post('wait', randomUUID()).expect(201); // waiting routes listen before they claim
-      await expect(
-        db.query(`SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND query LIKE 'LISTEN%'`),
-      ).resolves.toHaveLength(1);
+      await expectListenerHeld();
       const answer = post('tx', randomUUID()).then((response) => response);
       await Promise.race([gate.reached, answer]); // refused at once (503) when it finds no slot
       gate.release();

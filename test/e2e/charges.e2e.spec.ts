@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { request as httpRequest } from 'node:http';
 import request from 'supertest';
 import { ALICE, BOB, PLATFORMS, post, postCharge, startSampleApp } from '../support/sample-app.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { useTestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 import {
   CardDeclinedError,
@@ -45,16 +45,8 @@ class GatedPaymentProvider implements PaymentProvider {
 
 const charge = { amount: 1200, currency: 'eur', description: 'Order 42' };
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const provider = new GatedPaymentProvider();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-
-afterAll(async () => {
-  await db?.drop();
-});
 
 describe.each(PLATFORMS)('on %s', (platform) => {
   let app: Awaited<ReturnType<typeof startSampleApp>>;

@@ -7,7 +7,6 @@ import {
   type ExecutionContext,
   GatewayTimeoutException,
   HttpException,
-  type INestApplication,
   Injectable,
   type NestInterceptor,
   type PipeTransform,
@@ -33,10 +32,19 @@ import {
   type PlatformResponse as Response,
   rawResponseOf,
 } from '../support/platforms.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import { startTestApp } from '../support/test-app.js';
+import { useTcpProxy } from '../support/tcp-proxy.js';
+import { useTestDatabase } from '../support/test-database.js';
+import { useTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
+import {
+  CHECKED_AT_COMMIT,
+  expectOneRunReplayed,
+  expectRefusedKeepingNothing,
+  expectReplayOfOneRun,
+  outcomeStored,
+  WORK_LOG,
+  workRowsOf,
+} from '../support/work-log.js';
 
 /**
  * The module inside apps built the way real ones are: timeout interceptors between it and the handler, handlers
@@ -275,29 +283,17 @@ class FlushesController {
   }
 }
 
-let db: TestDatabase;
-let proxy: TcpProxy;
 const LATE_INVOCATION_REFUSED =
   'ERROR [Idempotency] An idempotent handler was invoked after its request had been answered and its claim ended; it was not run.';
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
-  await db.query('CREATE TABLE balances (id int PRIMARY KEY, amount int NOT NULL)');
-  await db.query(
-    'CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)',
-  );
-  proxy = await TcpProxy.to(db.url);
-});
+const db = useTestDatabase(
+  WORK_LOG,
+  'CREATE TABLE balances (id int PRIMARY KEY, amount int NOT NULL)',
+  CHECKED_AT_COMMIT,
+);
+const proxy = useTcpProxy(db);
 
-afterAll(async () => {
-  proxy?.bringUp();
-  gates.releaseAll();
-  await proxy?.close();
-  await db?.drop();
-});
-
-const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+const rowsOf = (key: string) => workRowsOf(db, key);
 const recordOf = async (key: string) =>
   (
     await db.query<{ status: string; response_status: number | null; locked_until: Date | null }>(
@@ -307,15 +303,15 @@ const recordOf = async (key: string) =>
   )[0];
 
 describe.each(PLATFORMS)('on %s', (platform) => {
-  let app: INestApplication;
-  let url: string;
   /** What the application of this platform logs. */
   const logger = new RecordingLogger();
 
   beforeAll(async () => {
     // Each platform's app starts from the same balance (the hung handler's test takes one from it).
     await db.query('INSERT INTO balances VALUES (1, 100) ON CONFLICT (id) DO UPDATE SET amount = 100');
-    ({ app, url } = await startTestApp({
+  });
+  const server = useTestApp(
+    () => ({
       platform,
       database: { url: proxy.urlFor(db.url) },
       pool: { connectionTimeoutMillis: 1000 },
@@ -332,18 +328,16 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       logger,
       // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
       configure: (app) => app.useGlobalInterceptors(new TransformInterceptor(), new GlobalTimeout()),
-    }));
-  });
-
-  afterAll(async () => {
-    proxy?.bringUp();
-    // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
-    gates.releaseAll();
-    await app?.close();
-  });
+    }),
+    // A failed test may leave a handler at its gate, or the database down: the server cannot close before it answers.
+    () => {
+      proxy.bringUp();
+      gates.releaseAll();
+    },
+  );
 
   const post = (path: string, key: string, body: object = {}) =>
-    request(url).post(path).set('Idempotency-Key', key).send(body);
+    request(server.url).post(path).set('Idempotency-Key', key).send(body);
 
   describe("a timeout interceptor inside the module's (the handler runs on after it answered)", () => {
     const placements = [
@@ -382,15 +376,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         await post(`/work/${mode}`, key).expect(409);
 
         gate.release();
-        await waitFor(
-          async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
-          'the outcome to be stored',
-        );
-        const rows = await rowsOf(key);
-        expect(rows).toHaveLength(1);
-        const replay = await post(`/work/${mode}`, key).expect(201);
-        expect(replay.headers['idempotent-replay']).toBe('true');
-        expect(replay.body).toEqual({ id: rows[0].id });
+        const replay = await expectReplayOfOneRun(db, key, () => post(`/work/${mode}`, key));
         expect(replay.headers['content-type']).toBe('application/json; charset=utf-8');
         await expect(rowsOf(key)).resolves.toHaveLength(1);
       },
@@ -447,16 +433,13 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       const key = randomUUID();
       const response = await post('/own-answer/write-head', key).expect(503);
       expect((response as unknown as { res: IncomingMessage }).res.statusMessage).toBe('Service Unavailable');
-      expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
-      expect(response.headers['retry-after']).toBe('2');
-      await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
-      await expect(recordOf(key)).resolves.toBeUndefined();
+      await expectRefusedKeepingNothing(db, key, response);
     });
 
     it('a streamed answer whose commit fails: the connection is cut before the response completes', async () => {
       const key = randomUUID();
       const outcome = await new Promise<string>((resolve) => {
-        const client = httpRequest(`${url}/own-answer/streamed`, {
+        const client = httpRequest(`${server.url}/own-answer/streamed`, {
           method: 'POST',
           headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
         });
@@ -509,11 +492,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       await post(path, key).set(headers).expect(409);
       gate.release();
     }
-    const completed = (key: string) =>
-      waitFor(
-        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
-        'the outcome to be stored',
-      );
+    const completed = (key: string) => outcomeStored(db, key);
 
     it('a value that cannot be stored (a file) is rolled back and released: its retry runs on a clean slate', async () => {
       const key = randomUUID();
@@ -535,10 +514,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     it('an Observable handler over a promise runs to its end: its outcome is stored, not the timeout', async () => {
       const key = randomUUID();
       await timedOut('/after-timeout/observable', key);
-      await completed(key);
-      const [row] = await rowsOf(key);
-      await expect(post('/after-timeout/observable', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-      await expect(rowsOf(key)).resolves.toHaveLength(1);
+      await expectOneRunReplayed(db, key, () => post('/after-timeout/observable', key));
     });
 
     it('the stored outcome is the value as the interceptors inside the module shape it (no secret leaks)', async () => {
@@ -553,15 +529,12 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     it('a controller that inherits its mark from a base class: its own routes hold the claim too', async () => {
       const key = randomUUID();
       await timedOut('/inherits-mark/own', key);
-      await completed(key);
-      const [row] = await rowsOf(key);
-      await expect(post('/inherits-mark/own', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-      await expect(rowsOf(key)).resolves.toHaveLength(1);
+      await expectOneRunReplayed(db, key, () => post('/inherits-mark/own', key));
     });
 
     it("a task the handler leaves behind calls another route's method plainly, outside the request", async () => {
       const key = randomUUID();
-      const controller = app.get(AfterTimeoutController);
+      const controller = server.app.get(AfterTimeoutController);
       const before = controller.background.runs;
       const refusals = () => logger.errors.filter((error) => error === LATE_INVOCATION_REFUSED).length;
       const refusalsBefore = refusals();
@@ -589,7 +562,10 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   describe('a route that flushes its head (long polling)', () => {
     it('sends the head at once, before its handler is done', async () => {
       const gate = holdNext();
-      const client = httpRequest(`${url}/flushes`, { method: 'POST', headers: { 'Idempotency-Key': randomUUID() } });
+      const client = httpRequest(`${server.url}/flushes`, {
+        method: 'POST',
+        headers: { 'Idempotency-Key': randomUUID() },
+      });
       const response = new Promise<IncomingMessage>((resolve, reject) =>
         client.on('response', resolve).on('error', reject),
       );
@@ -610,14 +586,12 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 });
 
 describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify itself", () => {
-  let app: INestApplication;
-  let url: string;
   const logger = new RecordingLogger();
   /** The gate the next request's accountResolver waits at: the claim is not made yet when Fastify answers. */
   const accountGates = new GateQueue();
 
-  beforeAll(async () => {
-    ({ app, url } = await startTestApp({
+  const server = useTestApp(
+    () => ({
       platform: 'fastify',
       fastify: { handlerTimeout: 300 },
       database: db,
@@ -634,18 +608,16 @@ describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify 
       controllers: [WorkController],
       providers: [GatedPipe],
       logger,
-    }));
-  });
-
-  afterAll(async () => {
-    gates.releaseAll();
-    accountGates.releaseAll();
-    await app?.close();
-  });
+    }),
+    () => {
+      gates.releaseAll();
+      accountGates.releaseAll();
+    },
+  );
 
   // Without a body: on Node 20, Fastify clears its handlerTimeout once a request's body has been read (the request's
   // 'close'), so that it never fires for requests with one.
-  const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key);
+  const post = (path: string, key: string) => request(server.url).post(path).set('Idempotency-Key', key);
 
   it.each(['standard', 'transactional'] as const)(
     "%s mode: Fastify's 503 goes out while the handler runs; the handler's outcome is stored and replayed",
@@ -660,15 +632,7 @@ describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify 
       expect(answer.body).toMatchObject({ statusCode: 503, message: expect.stringMatching(/^Request timed out/) });
       await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
       gate.release();
-      await waitFor(
-        async () => ((await recordOf(key))?.status === 'completed' ? true : undefined),
-        'the outcome to be stored',
-      );
-      const rows = await rowsOf(key);
-      expect(rows).toHaveLength(1);
-      const replay = await post(`/work/${mode}`, key).expect(201);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      expect(replay.body).toEqual({ id: rows[0].id });
+      await expectReplayOfOneRun(db, key, () => post(`/work/${mode}`, key));
     },
   );
 

@@ -33,17 +33,21 @@ afterAll(async () => {
   rmSync(folder, { recursive: true, force: true });
 });
 
+/** Starts the embedded server with `takenPort` taken by another: it starts its own on another port, and says so. */
+async function expectOwnServerBeside(takenPort: number): Promise<void> {
+  own = await startEmbeddedDatabase(folder, takenPort, true);
+  const port = portOf(own.url);
+  expect(port).not.toBe(takenPort);
+  expect(own.description).toBe(
+    `port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`,
+  );
+  await expect(dataDirectoryOf(own.url)).resolves.toBe(folder);
+}
+
 describe('the embedded PostgreSQL of npm start', () => {
   it('does not use another PostgreSQL answering on its port: it starts its own on a free port, and says so', async () => {
     // The suite's own server (the machine's, or the one global setup started) is another checkout's server here.
-    const takenPort = portOf(process.env.DATABASE_URL as string);
-    own = await startEmbeddedDatabase(folder, takenPort, true);
-    const port = portOf(own.url);
-    expect(port).not.toBe(takenPort);
-    expect(own.description).toBe(
-      `port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`,
-    );
-    await expect(dataDirectoryOf(own.url)).resolves.toBe(folder);
+    await expectOwnServerBeside(portOf(process.env.DATABASE_URL as string));
   });
 
   it('reuses its own running server, on whichever port it listens, and leaves it running when done with it', async () => {
@@ -63,14 +67,7 @@ describe('the embedded PostgreSQL of npm start', () => {
     const other = createServer((socket) => socket.destroy());
     await new Promise<void>((resolve) => other.listen(0, '127.0.0.1', resolve));
     try {
-      const takenPort = (other.address() as { port: number }).port;
-      own = await startEmbeddedDatabase(folder, takenPort, true);
-      const port = portOf(own.url);
-      expect(port).not.toBe(takenPort);
-      expect(own.description).toBe(
-        `port ${takenPort} is taken by another server: embedded PostgreSQL started on port ${port} with data folder ${folder}`,
-      );
-      await expect(dataDirectoryOf(own.url)).resolves.toBe(folder);
+      await expectOwnServerBeside((other.address() as { port: number }).port);
     } finally {
       await new Promise<void>((resolve) => other.close(() => resolve()));
     }

@@ -5,7 +5,6 @@ import {
   Controller,
   type ExecutionContext,
   HttpException,
-  type INestApplication,
   Injectable,
   type NestInterceptor,
   Post,
@@ -23,11 +22,12 @@ import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { expectHeldThroughout } from '../support/lease.js';
 import { RecordingLogger } from '../support/recording-logger.js';
-import { TcpProxy } from '../support/tcp-proxy.js';
+import { useTcpProxy } from '../support/tcp-proxy.js';
 import { PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import { startTestApp } from '../support/test-app.js';
+import { useTestDatabase } from '../support/test-database.js';
+import { useTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
+import { CHECKED_AT_COMMIT, expectRefusedKeepingNothing, WORK_LOG, workRowsOf } from '../support/work-log.js';
 
 /** The gate the next request to a gated route waits at (each gate holds one request). */
 const gates = new GateQueue();
@@ -136,34 +136,14 @@ class StandardController {
   }
 }
 
-let db: TestDatabase;
-let proxy: TcpProxy;
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-  await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
-  await db.query(
-    'CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)',
-  );
-  proxy = await TcpProxy.to(db.url);
-});
-
-afterAll(async () => {
-  proxy?.bringUp();
-  // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
-  gates.releaseAll();
-  await proxy?.close();
-  await db?.drop();
-});
+const db = useTestDatabase(WORK_LOG, CHECKED_AT_COMMIT);
+const proxy = useTcpProxy(db);
 
 describe.each(PLATFORMS)('on %s', (platform) => {
-  let app: INestApplication;
-  let url: string;
   /** What the application of this platform logs. */
   const logger = new RecordingLogger();
-
-  beforeAll(async () => {
-    ({ app, url } = await startTestApp({
+  const server = useTestApp(
+    () => ({
       platform,
       database: { url: proxy.urlFor(db.url) },
       pool: { connectionTimeoutMillis: 1000 },
@@ -177,20 +157,17 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       controllers: [TransactionalController, StandardController],
       providers: [{ provide: APP_INTERCEPTOR, useClass: OuterTimeoutInterceptor }],
       logger,
-    }));
-  });
-
-  afterAll(async () => {
-    proxy?.bringUp();
-    // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
-    gates.releaseAll();
-    await app?.close();
-  });
+    }),
+    // A failed test may leave a handler at its gate, or the database down: the server cannot close before it answers.
+    () => {
+      proxy.bringUp();
+      gates.releaseAll();
+    },
+  );
 
   const post = (path: string, key: string, body: object = {}) =>
-    request(url).post(path).set('Idempotency-Key', key).send(body);
-  const rowsOf = async (key: string) =>
-    db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+    request(server.url).post(path).set('Idempotency-Key', key).send(body);
+  const rowsOf = (key: string) => workRowsOf(db, key);
   const recordOf = async (key: string) =>
     (
       await db.query<{ status: string; response_status: number | null }>(
@@ -244,16 +221,13 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     it("answers 503 instead of the handler's response when the commit fails, keeping nothing", async () => {
       const key = randomUUID();
       const response = await post('/tx/fails-at-commit', key).expect(503);
-      expect(response.body).toMatchObject({ error: 'idempotency_store_unavailable' });
-      expect(response.headers['retry-after']).toBe('2');
-      await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
-      await expect(recordOf(key)).resolves.toBeUndefined();
+      await expectRefusedKeepingNothing(db, key, response);
     });
 
     it("takes no answer given before the handler is done (an outer timeout) for its outcome: the handler's own outcome commits and replays", async () => {
       const key = randomUUID();
       const gate = holdNext();
-      const answer = request(url)
+      const answer = request(server.url)
         .post('/tx/write')
         .set('Idempotency-Key', key)
         .set('X-Outer-Timeout', 'yes')
@@ -342,6 +316,15 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   });
 
   describe('leases', () => {
+    /** A request hangs at its gate until a retry has taken its key over (201); then it is let go. Both answers. */
+    async function takenOverWhileHung(path: string, key: string) {
+      const { gate, answer: hung } = await sendHeld(path, key);
+      const taker = await retryUntilRun(path, key);
+      expect(taker.status).toBe(201);
+      gate.release();
+      return { taker, late: await hung };
+    }
+
     it('are renewed while a slow handler runs: for three leases, the key never stops being held', async () => {
       const key = randomUUID();
       const { gate, answer: first } = await sendHeld('/std/write', key);
@@ -353,12 +336,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 
     it('stop being renewed after maxHoldSeconds; a retry takes the key over, and the hung attempt is fenced off', async () => {
       const key = randomUUID();
-      const { gate, answer: hung } = await sendHeld('/tx/hung', key);
-      const taker = await retryUntilRun('/tx/hung', key);
-      expect(taker.status).toBe(201);
-
-      gate.release();
-      const late = await hung;
+      const { taker, late } = await takenOverWhileHung('/tx/hung', key);
       // The hung attempt cannot store its outcome: its client is told to retry, and its writes are rolled back.
       expect(late.status).toBe(409);
       await expect(rowsOf(key)).resolves.toEqual([{ id: taker.body.id }]);
@@ -373,12 +351,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
 
     it('fence off a hung attempt in standard mode too: it answers 409, not its own unstored answer', async () => {
       const key = randomUUID();
-      const { gate, answer: hung } = await sendHeld('/std/hung', key);
-      const taker = await retryUntilRun('/std/hung', key);
-      expect(taker.status).toBe(201);
-
-      gate.release();
-      const late = await hung;
+      const { taker, late } = await takenOverWhileHung('/std/hung', key);
       expect(late.status).toBe(409);
       expect(late.body.error).toBe('request_in_progress');
       const replay = await post('/std/hung', key).expect(201);

@@ -8,7 +8,6 @@ import {
   type ExceptionFilter,
   type ExecutionContext,
   HttpException,
-  type INestApplication,
   Injectable,
   type NestInterceptor,
   Post,
@@ -45,9 +44,9 @@ import {
   type PlatformResponse as Response,
 } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import { startTestApp } from '../support/test-app.js';
-import { waitFor } from '../support/wait-for.js';
+import { useTestDatabase } from '../support/test-database.js';
+import { useTestApp } from '../support/test-app.js';
+import { expectOneRunReplayed, outcomeStored, WORK_LOG, workRowsOf } from '../support/work-log.js';
 
 /**
  * Interceptors on either side of the module's, each armed by a request header: timeouts that answer with an error
@@ -223,35 +222,22 @@ const ticking = { calls: 0, emitted: 0 };
 const ticker = new EventEmitter();
 const ticks = setInterval(() => ticker.emit('tick'), 5);
 
-let db: TestDatabase;
+const db = useTestDatabase(WORK_LOG);
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  await db.query('CREATE TABLE work_log (id serial PRIMARY KEY, key text NOT NULL)');
-});
-
-afterAll(async () => {
+afterAll(() => {
   clearInterval(ticks);
   gates.releaseAll();
   afterGate.current?.release();
-  await db?.drop();
 });
 
-const rowsOf = (key: string) => db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1', [key]);
-const statusOf = async (key: string) =>
-  (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0]
-    ?.status;
-const completed = (key: string) =>
-  waitFor(async () => ((await statusOf(key)) === 'completed' ? true : undefined), 'the outcome to be stored');
+const rowsOf = (key: string) => workRowsOf(db, key);
+const completed = (key: string) => outcomeStored(db, key);
 
 describe.each(PLATFORMS)('on %s', (platform) => {
-  let app: INestApplication;
-  let url: string;
   /** What the application of this platform logs. */
   const logger = new RecordingLogger();
-
-  beforeAll(async () => {
-    ({ app, url } = await startTestApp({
+  const server = useTestApp(
+    () => ({
       platform,
       database: db,
       idempotency: { singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 },
@@ -271,17 +257,18 @@ describe.each(PLATFORMS)('on %s', (platform) => {
           new DeclineToError(),
           new FirstValue(),
         ),
-    }));
-  });
-
-  afterAll(async () => {
+    }),
     // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
-    gates.releaseAll();
-    afterGate.current?.release();
-    await app?.close();
-  });
+    () => {
+      gates.releaseAll();
+      afterGate.current?.release();
+    },
+  );
 
-  const post = (path: string, key: string) => request(url).post(path).set('Idempotency-Key', key).send({});
+  const post = (path: string, key: string) => request(server.url).post(path).set('Idempotency-Key', key).send({});
+  /** Once the outcome of `key` is stored, a retry of `path` replays the one run's row. */
+  const expectReplayed = (path: string, key: string, body?: object) =>
+    expectOneRunReplayed(db, key, () => post(path, key), body);
 
   describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
     it("a timeout that answers with a fallback value: the handler's own value is stored, not the fallback", async () => {
@@ -316,10 +303,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         const reached = afterGate.current.reached;
         await post(`/order/${mode}`, key).set({ 'x-slow-after': 'yes', 'x-timeout-ms': '100' }).expect(408);
         await reached;
-        await completed(key);
-        const [row] = await rowsOf(key);
-        await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-        await expect(rowsOf(key)).resolves.toHaveLength(1);
+        await expectReplayed(`/order/${mode}`, key);
       });
     },
   );
@@ -377,10 +361,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       await gate.reached;
       await post('/order/own-filter', key).expect(409);
       gate.release();
-      await completed(key);
-      const [row] = await rowsOf(key);
-      await expect(post('/order/own-filter', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-      await expect(rowsOf(key)).resolves.toHaveLength(1);
+      await expectReplayed('/order/own-filter', key);
     });
 
     it('a handler that answers through the platform adapter itself: its answer is stored', async () => {
@@ -394,12 +375,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     it('an Observable handler timed out after its first value: its last value, once its work is done, is stored', async () => {
       const key = randomUUID();
       await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
-      await completed(key);
-      const [row] = await rowsOf(key);
-      await expect(post('/order/stages', key).expect(201)).resolves.toMatchObject({
-        body: { stage: 'done', id: row.id },
-      });
-      await expect(rowsOf(key)).resolves.toHaveLength(1);
+      await expectReplayed('/order/stages', key, { stage: 'done' });
     });
   });
 
@@ -414,10 +390,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       await gate.reached;
       await post('/order/passthrough', key).expect(409);
       gate.release();
-      await completed(key);
-      const [row] = await rowsOf(key);
-      await expect(post('/order/passthrough', key).expect(201)).resolves.toMatchObject({ body: { id: row.id } });
-      await expect(rowsOf(key)).resolves.toHaveLength(1);
+      await expectReplayed('/order/passthrough', key);
     });
   });
 });

@@ -18,8 +18,10 @@ import {
   InMemoryIdempotencyStore,
 } from '../../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
+import type { Platform } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { startTestApp } from '../support/test-app.js';
+import { useTestDatabase } from '../support/test-database.js';
 
 /** Counts its runs, so that a test can tell a refused request never reached it. */
 @Controller('charges')
@@ -72,17 +74,9 @@ class ChargesController {
 const accountOfUser: IdempotencyModuleOptions['accountResolver'] = (context) =>
   context.switchToHttp().getRequest<{ user: { accountId: string } }>().user.accountId;
 
-let db: TestDatabase;
+const db = useTestDatabase();
 /** Nest's logger is process-wide: every application of this file logs here. */
 const logger = new RecordingLogger();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-
-afterAll(async () => {
-  await db?.drop();
-});
 
 const database = (name?: string) =>
   TypeOrmModule.forRoot({
@@ -121,6 +115,37 @@ async function expectRefusal(app: INestApplication, message: RegExp): Promise<vo
   await app.close();
 }
 
+/** The charges routes on `platform` with `rawBody: true`, initialised after `configure` (parsers of the application). */
+async function startCharges(platform: Platform, configure?: (app: INestApplication) => unknown) {
+  const { app } = await startTestApp({
+    platform,
+    listen: false,
+    database: db,
+    idempotency: { singleTenant: true },
+    controllers: [ChargesController],
+    logger,
+    configure,
+  });
+  return app;
+}
+
+/** A POST of `body` as `contentType` to the charges route, with a new key. */
+const postAs = (app: INestApplication, contentType: string, body: string) =>
+  request(app.getHttpServer())
+    .post('/charges')
+    .set('Idempotency-Key', randomUUID())
+    .set('Content-Type', contentType)
+    .send(body);
+
+/** Runs `test` on `app`, then closes it whatever the outcome. */
+async function closingAfter(app: INestApplication, test: (app: INestApplication) => Promise<void>): Promise<void> {
+  try {
+    await test(app);
+  } finally {
+    await app.close();
+  }
+}
+
 const recordCount = async () =>
   (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM idempotency_records'))[0].n;
 const errorsAbout = (text: string) => logger.errors.filter((line) => line.includes(text));
@@ -135,10 +160,9 @@ describe('the raw body', () => {
   });
 
   it('a body parsed without its raw bytes (a parser of the application) is a 500 of the server, logged once with the fix', async () => {
-    const app = (await compile({ singleTenant: true })).createNestApplication({ rawBody: true, logger });
-    app.use(express.json()); // registered first, so Nest leaves out its own JSON parser, which would keep the bytes
-    await app.init();
-    try {
+    // Registered first, so Nest leaves out its own JSON parser, which would keep the bytes.
+    const app = await startCharges('express', (app) => app.use(express.json()));
+    await closingAfter(app, async () => {
       for (let attempt = 0; attempt < 2; attempt++) {
         const response = await request(app.getHttpServer())
           .post('/charges')
@@ -157,21 +181,13 @@ describe('the raw body', () => {
           /does not keep them as `req\.rawBody`: create it with `NestFactory\.create\(AppModule, \{ rawBody: true \}\)`/,
         ),
       ]);
-    } finally {
-      await app.close();
-    }
+    });
   });
 });
 
 describe('the platform', () => {
   it('starts on Fastify created with rawBody: true, and fingerprints its raw body', async () => {
-    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), {
-      rawBody: true,
-      logger,
-    });
-    await app.init();
-    await app.getHttpAdapter().getInstance().ready();
-    try {
+    await closingAfter(await startCharges('fastify'), async (app) => {
       const key = randomUUID();
       const send = (body: string) =>
         request(app.getHttpServer())
@@ -185,39 +201,27 @@ describe('the platform', () => {
       expect(replay.text).toBe(first.text);
       // The same JSON spelled otherwise: other bytes, another request.
       expect((await send('{ "amount": 1 }').expect(422)).body.error).toBe('idempotency_key_reuse');
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   /** A Fastify application with `rawBody: true` and a content type parser of its own for `mediaType`, which keeps no raw bytes. */
-  async function fastifyWithParserOf(mediaType: string, parse: (body: string) => unknown) {
-    const app = (await compile({ singleTenant: true })).createNestApplication<NestFastifyApplication>(
-      new FastifyAdapter(),
-      { rawBody: true, logger },
+  const fastifyWithParserOf = (mediaType: string, parse: (body: string) => unknown) =>
+    startCharges('fastify', (app) =>
+      (app as NestFastifyApplication)
+        .getHttpAdapter()
+        .getInstance()
+        .addContentTypeParser(mediaType, { parseAs: 'string' }, (_request, body, done) =>
+          done(null, parse(body as string)),
+        ),
     );
-    app
-      .getHttpAdapter()
-      .getInstance()
-      .addContentTypeParser(mediaType, { parseAs: 'string' }, (_request, body, done) =>
-        done(null, parse(body as string)),
-      );
-    await app.init();
-    await app.getHttpAdapter().getInstance().ready();
-    return app;
-  }
 
   it('on Fastify, a body parsed without its raw bytes (a content type parser of the application) is a 500 of the server, logged once with the fix', async () => {
     const app = await fastifyWithParserOf('application/vnd.api+json', (body) => JSON.parse(body));
     const errorsBefore = errorsAbout('raw body bytes').length;
     const recordsBefore = await recordCount();
-    try {
+    await closingAfter(app, async () => {
       for (let attempt = 0; attempt < 2; attempt++) {
-        const response = await request(app.getHttpServer())
-          .post('/charges')
-          .set('Idempotency-Key', randomUUID())
-          .set('Content-Type', 'application/vnd.api+json')
-          .send('{"amount":1}');
+        const response = await postAs(app, 'application/vnd.api+json', '{"amount":1}');
         expect(response.status).toBe(500);
         expect(response.body.error).toBe('idempotency_misconfigured');
         expect(response.body.message).toMatch(/server is misconfigured/);
@@ -227,62 +231,32 @@ describe('the platform', () => {
       expect(errorsAbout('raw body bytes').slice(errorsBefore)).toEqual([
         expect.stringMatching(/does not keep them as `req\.rawBody`: .*on Fastify, .*`app\.useBodyParser\(/),
       ]);
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   it('on Fastify, the fix the log names (`app.useBodyParser(type, options, parser)`) keeps the raw bytes', async () => {
-    const app = (await compile({ singleTenant: true })).createNestApplication<NestFastifyApplication>(
-      new FastifyAdapter(),
-      { rawBody: true, logger },
+    const app = await startCharges('fastify', (app) =>
+      (app as NestFastifyApplication).useBodyParser('application/vnd.api+json', {}, (_request, body, done) =>
+        done(null, JSON.parse(String(body))),
+      ),
     );
-    app.useBodyParser('application/vnd.api+json', {}, (_request, body, done) => done(null, JSON.parse(String(body))));
-    await app.init();
-    await app.getHttpAdapter().getInstance().ready();
-    try {
-      const response = await request(app.getHttpServer())
-        .post('/charges')
-        .set('Idempotency-Key', randomUUID())
-        .set('Content-Type', 'application/vnd.api+json')
-        .send('{"amount":1}')
-        .expect(201);
+    await closingAfter(app, async () => {
+      const response = await postAs(app, 'application/vnd.api+json', '{"amount":1}').expect(201);
       expect(response.body).toEqual({ charged: { amount: 1 } });
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   it("on Fastify, a text/plain body parsed by the application's own parser is a 500 as well; by Fastify's, a 415", async () => {
-    const own = await fastifyWithParserOf('text/plain', (body) => ({ text: body }));
-    try {
-      const response = await request(own.getHttpServer())
-        .post('/charges')
-        .set('Idempotency-Key', randomUUID())
-        .set('Content-Type', 'text/plain')
-        .send('amount=1');
+    await closingAfter(await fastifyWithParserOf('text/plain', (body) => ({ text: body })), async (own) => {
+      const response = await postAs(own, 'text/plain', 'amount=1');
       expect(response.status).toBe(500);
       expect(response.body.error).toBe('idempotency_misconfigured');
-    } finally {
-      await own.close();
-    }
-    const app = (await compile({ singleTenant: true })).createNestApplication(new FastifyAdapter(), {
-      rawBody: true,
-      logger,
     });
-    await app.init();
-    await app.getHttpAdapter().getInstance().ready();
-    try {
-      const response = await request(app.getHttpServer())
-        .post('/charges')
-        .set('Idempotency-Key', randomUUID())
-        .set('Content-Type', 'text/plain; charset=utf-8')
-        .send('amount=1');
+    await closingAfter(await startCharges('fastify'), async (app) => {
+      const response = await postAs(app, 'text/plain; charset=utf-8', 'amount=1');
       expect(response.status).toBe(415);
       expect(response.body.error).toBe('idempotency_body_unsupported');
-    } finally {
-      await app.close();
-    }
+    });
   });
 
   it('refuses to start on Fastify without rawBody: true, naming the setting for Fastify', async () => {
@@ -529,10 +503,7 @@ describe('requests the module answers itself', () => {
 
   // Review of issue #10: NaN is a number, so it passed as the account "NaN", shared by every request without a user.
   it('an accountResolver that returns NaN is a 500 of the module, not the account "NaN"', async () => {
-    const response = await request(app.getHttpServer())
-      .post('/charges/nan-account')
-      .set('Idempotency-Key', randomUUID())
-      .send({});
+    const response = await charge('/charges/nan-account').send({});
     expect(response.status).toBe(500);
     expect(response.body.error).toBe('idempotency_account_unresolved');
     expect(errorsAbout('(POST /charges/nan-account)')).toEqual([expect.stringMatching(/it returned the number NaN/)]);
@@ -540,10 +511,7 @@ describe('requests the module answers itself', () => {
 
   it('an accountResolver that returns no account is a 500 of the module, logged once with what it returned', async () => {
     for (let attempt = 0; attempt < 2; attempt++) {
-      const response = await request(app.getHttpServer())
-        .post('/charges/no-account')
-        .set('Idempotency-Key', randomUUID())
-        .send({});
+      const response = await charge('/charges/no-account').send({});
       expect(response.status).toBe(500);
       expect(response.body.error).toBe('idempotency_account_unresolved');
     }
@@ -555,10 +523,7 @@ describe('requests the module answers itself', () => {
 
   it('an account with a NUL character is a 500 of the module, not a 503 the client would retry for ever', async () => {
     const before = await recordCount();
-    const response = await request(app.getHttpServer())
-      .post('/charges/nul-account')
-      .set('Idempotency-Key', randomUUID())
-      .send({});
+    const response = await charge('/charges/nul-account').send({});
     expect(response.status).toBe(500);
     expect(response.body.error).toBe('idempotency_account_unresolved');
     expect(app.get(ChargesController).runs).toBe(0);

@@ -8,18 +8,10 @@ import {
 } from '../../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { useTestDatabase } from '../support/test-database.js';
 
-let db: TestDatabase;
+const db = useTestDatabase();
 const logger = new RecordingLogger();
-
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
-
-afterAll(async () => {
-  await db?.drop();
-});
 
 type Registration = 'forRoot' | 'forRootAsync';
 

@@ -1,4 +1,5 @@
 import { connect, createServer, type Socket } from 'node:net';
+import { madeBeforeAll } from './made-before-all.js';
 
 /**
  * A TCP proxy in front of a server of the test's (the database, the app), to take it away and give it back,
@@ -76,6 +77,14 @@ export class TcpProxy {
     this.takeDown();
     await new Promise<void>((resolve) => this.server.close(() => resolve()));
   }
+}
+
+/** A proxy to the server of `target` (the test file's database) for the block's tests, closed after them. */
+export function useTcpProxy(target: { url: string }): TcpProxy {
+  return madeBeforeAll(
+    () => TcpProxy.to(target.url),
+    (proxy) => proxy.close(),
+  );
 }
 
 /**

@@ -23,6 +23,7 @@ import {
   IdempotencyPostgresModule,
   type IdempotencyPostgresOptions,
 } from '../../src/postgres/index.js';
+import { madeBeforeAll } from './made-before-all.js';
 import { createPlatformApp, type Platform } from './platforms.js';
 import { RecordingLogger } from './recording-logger.js';
 
@@ -185,6 +186,21 @@ export async function startTestApp(options: TestModuleOptions & TestAppOptions):
     },
     close: () => app.close(),
   };
+}
+
+/**
+ * The application of `options` for the block's tests: started in a `beforeAll` (`options` is read then, once the
+ * file's database is made), closed in an `afterAll` after `beforeClose` (what must give way first: gates a failed
+ * test left shut, a database left down).
+ */
+export function useTestApp(options: () => TestModuleOptions & TestAppOptions, beforeClose?: () => unknown): TestApp {
+  return madeBeforeAll(
+    () => startTestApp(options()),
+    async (app) => {
+      await beforeClose?.();
+      await app.close();
+    },
+  );
 }
 
 /** The application context of `options` (no HTTP), initialised: for `IdempotencyService` and the store. */

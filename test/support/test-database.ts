@@ -1,5 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
+import { madeBeforeAll } from './made-before-all.js';
 
 /** A database of its own for one test file, on the server of DATABASE_URL. */
 export interface TestDatabase {
@@ -27,6 +28,21 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await withClient(serverUrl, (client) => client.query(`DROP DATABASE ${name} WITH (FORCE)`));
     },
   };
+}
+
+/**
+ * The test file's database: created before its tests, `setup`'s statements run on it in order (the spec's own
+ * tables), and dropped after them. Declare it first, so that the file's other hooks find it made.
+ */
+export function useTestDatabase(...setup: string[]): TestDatabase {
+  return madeBeforeAll(
+    async () => {
+      const db = await createTestDatabase();
+      for (const statement of setup) await db.query(statement);
+      return db;
+    },
+    (db) => db.drop(),
+  );
 }
 
 /** How many records of `db`'s records table have `key` (0 or 1 in one scope). */
