@@ -58,7 +58,7 @@ let now = Date.parse('2030-01-01T00:00:00Z');
 beforeAll(async () => {
   ({ app } = await startTestApp({
     database: 'memory',
-    store: new InMemoryIdempotencyStore({ now: () => now }),
+    store,
     // The replay cache keeps outcomes on the process's clock: off, so that moving the store's clock expires them.
     idempotency: { singleTenant: true, replayCache: false },
     controllers: [OrdersController],
@@ -71,6 +71,22 @@ afterAll(async () => {
   gates.releaseAll();
   await app?.close();
 });
+
+/** The store, whose `markAwaited` a test watches to know a waiter is waiting. */
+const store = new InMemoryIdempotencyStore({ now: () => now });
+
+/** Resolves once an attempt has marked a record awaited: it waits for the outcome from then on. */
+function nextAwaitedMark(): Promise<void> {
+  const markAwaited = store.markAwaited.bind(store);
+  return new Promise((resolve) => {
+    store.markAwaited = async (scope) => {
+      store.markAwaited = markAwaited;
+      const marked = await markAwaited(scope);
+      resolve();
+      return marked;
+    };
+  });
+}
 
 const post = (path: string, key: string, body: object) =>
   request(app.getHttpServer()).post(path).set('Idempotency-Key', key).send(body);
@@ -111,8 +127,9 @@ describe('an application on the in-memory store, without a database', () => {
     const waited = gates.holdNext();
     const original = post('/v1/orders/waiting', 'order-4', { amount: 6 }).then((res) => res);
     await waited.reached;
+    const waiting = nextAwaitedMark();
     const waiter = post('/v1/orders/waiting', 'order-4', { amount: 6 }).then((res) => res);
-    await new Promise((resolve) => setTimeout(resolve, 200)); // the waiter is in by now (it would have had its 409)
+    await waiting;
     waited.release();
     const [originalResponse, waiterResponse] = await Promise.all([original, waiter]);
     expect(originalResponse.status).toBe(201);
