@@ -643,14 +643,19 @@ describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify 
     await accountGate.reached;
     expect((await answer).status).toBe(503);
     accountGate.release();
-    await new Promise((resolve) => setTimeout(resolve, 300));
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    await expect(recordOf(key)).resolves.toBeUndefined();
-    expect(logger.warnings).toContain(
-      "WARN [Idempotency] A request to POST /work/standard was answered outside Nest (a timeout such as Fastify's " +
-        'handlerTimeout) while its claim was made: its handler was not run, and the claim was released for its retry. ' +
-        'Such a timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with inFlight: wait).',
+    // The warning is logged once the claim is made, just before it is released.
+    await waitFor(
+      async () =>
+        logger.warnings.includes(
+          "WARN [Idempotency] A request to POST /work/standard was answered outside Nest (a timeout such as Fastify's " +
+            'handlerTimeout) while its claim was made: its handler was not run, and the claim was released for its ' +
+            'retry. Such a timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with ' +
+            'inFlight: wait).',
+        ) || undefined,
+      'the warning of an answer given outside Nest',
     );
+    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+    await expect(rowsOf(key)).resolves.toEqual([]);
     const retry = await post('/work/standard', key).expect(201);
     expect(retry.headers['idempotent-replay']).toBeUndefined();
     await expect(rowsOf(key)).resolves.toHaveLength(1);
