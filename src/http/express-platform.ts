@@ -51,4 +51,6 @@ export const expressPlatform: HttpPlatform = {
       contentType: 'text/html; charset=utf-8',
     };
   },
+  // Express's body parsers read a body over their limit to its end before the 413 is sent.
+  readRefusedBodies: () => undefined,
 };
