@@ -1,5 +1,6 @@
 import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { HttpPlatform } from './http-platform.js';
+import { type NoOpMethods, silenceMethods } from './silenced-methods.js';
 
 /** The parts of a Fastify request (`FastifyRequest`) the module reads. */
 interface FastifyRequestLike {
@@ -17,9 +18,15 @@ interface FastifyRequestLike {
 /** The parts of a Fastify reply (`FastifyReply`) the module uses. */
 interface FastifyReplyLike {
   raw: ServerResponse;
-  send: (payload?: unknown) => unknown;
   getHeaders(): OutgoingHttpHeaders;
 }
+
+/** Fastify's way of sending a body, through which Nest sends a value. */
+const FASTIFY_SEND: NoOpMethods = {
+  send(this: object) {
+    return this;
+  },
+};
 
 /** The part of a Fastify instance the module hooks into at start-up. */
 interface FastifyInstanceLike {
@@ -90,9 +97,7 @@ export const fastifyPlatform: HttpPlatform = {
         }
       },
       // Fastify would serialize the value and run the onSend hooks for nothing, and warn that it was sent twice.
-      silence() {
-        reply.send = () => reply;
-      },
+      silence: () => silenceMethods(reply, FASTIFY_SEND),
     };
   },
   // Fastify's reply.send: nothing for undefined, text for strings, bytes as they are, JSON for the rest (null too).
