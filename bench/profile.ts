@@ -11,8 +11,9 @@ import { type CpuProfile, formatSummary, summarize } from './profile-summary.js'
 
 /**
  * `npm run bench:profile`: the bench app under `node --cpu-prof`, loaded with new keys at 64 connections on one
- * route, and a summary of the profile's measured window (after the warm-up). See bench/README.md, "Profile".
- * Settings: BENCH_PROFILE_ROUTE (`standard`, `transactional` or `baseline`; default `standard`),
+ * route (or with replays of completed keys), and a summary of the profile's measured window (after the warm-up). See
+ * bench/README.md, "Profile". Settings: BENCH_PROFILE_ROUTE (`standard`, `transactional`, `baseline`, or `replays`:
+ * `standard`'s route with REPLAY_KEYS keys in turn, completed by the warm-up; default `standard`),
  * BENCH_PROFILE_SECONDS (default 20), BENCH_PROFILE_DIR (where the `.cpuprofile` is kept; default a temporary folder),
  * BENCH_PLATFORM (as for the bench app).
  */
@@ -20,6 +21,13 @@ const ROUTE = process.env.BENCH_PROFILE_ROUTE ?? 'standard';
 const SECONDS = Number(process.env.BENCH_PROFILE_SECONDS ?? 20);
 const WARM_UP_SECONDS = 8;
 const CONNECTIONS = 64;
+const REPLAY_KEYS = 500;
+const PROFILED_ROUTES = ['standard', 'transactional', 'baseline', 'replays'];
+
+/** The key of each request: none on the baseline, one of REPLAY_KEYS in turn for replays, else a new one. */
+let sent = 0;
+const keyOfNextRequest = (): string | undefined =>
+  ROUTE === 'baseline' ? undefined : ROUTE === 'replays' ? `replay-profile-${sent++ % REPLAY_KEYS}` : randomUUID();
 
 async function load(url: string, seconds: number): Promise<autocannon.Result> {
   return autocannon({
@@ -31,10 +39,10 @@ async function load(url: string, seconds: number): Promise<autocannon.Result> {
     body: JSON.stringify({ amount: 1200 }),
     requests: [
       {
-        setupRequest: (request) =>
-          ROUTE === 'baseline'
-            ? request
-            : { ...request, headers: { ...request.headers, 'idempotency-key': randomUUID() } },
+        setupRequest: (request) => {
+          const key = keyOfNextRequest();
+          return key === undefined ? request : { ...request, headers: { ...request.headers, 'idempotency-key': key } };
+        },
       },
     ],
   });
@@ -44,8 +52,8 @@ async function load(url: string, seconds: number): Promise<autocannon.Result> {
 const profilerNow = () => Number(process.hrtime.bigint() / 1000n);
 
 async function main(): Promise<void> {
-  if (!['standard', 'transactional', 'baseline'].includes(ROUTE))
-    throw new Error(`BENCH_PROFILE_ROUTE must be standard, transactional or baseline, got ${JSON.stringify(ROUTE)}`);
+  if (!PROFILED_ROUTES.includes(ROUTE))
+    throw new Error(`BENCH_PROFILE_ROUTE must be one of ${PROFILED_ROUTES.join(', ')}, got ${JSON.stringify(ROUTE)}`);
   const dir = process.env.BENCH_PROFILE_DIR ?? mkdtempSync(join(tmpdir(), 'idempotency-profile-'));
   const database = await createTestDatabase();
   try {
@@ -54,7 +62,7 @@ async function main(): Promise<void> {
       `--cpu-prof-dir=${dir}`,
     ]);
     try {
-      const url = `${app.url}/bench/${ROUTE}`;
+      const url = `${app.url}/bench/${ROUTE === 'replays' ? 'standard' : ROUTE}`;
       console.log(`Warming up ${url} for ${WARM_UP_SECONDS} s, then profiling it for ${SECONDS} s…`);
       await load(url, WARM_UP_SECONDS);
       const from = profilerNow();

@@ -10,6 +10,7 @@ import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sampl
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
 import { renderChart } from './chart.js';
+import { checkTargets, formatTargets } from './targets.js';
 
 /**
  * `npm run bench`: what idempotency costs per request, every configuration measured in the same run and
@@ -19,7 +20,15 @@ const SECONDS = Number(process.env.BENCH_SECONDS ?? 3);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 2);
 const SCALE_RECORDS = Number(process.env.BENCH_SCALE_RECORDS ?? 1_000_000);
 const REPLAY_KEYS = 500;
-const CONCURRENCY = [1, 8, 64, 256];
+/** BENCH_CONNECTIONS: the concurrency sweep of Express's new-key rows (default 1,8,64,256); 64 must be in it. */
+function concurrencyFromEnv(): number[] {
+  const raw = process.env.BENCH_CONNECTIONS || '1,8,64,256';
+  const counts = raw.split(',').map((count) => Number(count.trim()));
+  if (!counts.includes(64) || counts.some((count) => !Number.isInteger(count) || count < 1))
+    throw new Error(`BENCH_CONNECTIONS must list connection counts, 64 among them, got ${JSON.stringify(raw)}`);
+  return counts;
+}
+const CONCURRENCY = concurrencyFromEnv();
 
 /** BENCH_PLATFORMS: which platforms' rows to measure, a comma-separated list (default both: `express,fastify`). */
 function platformsFromEnv(): Platform[] {
@@ -436,6 +445,8 @@ async function main(): Promise<void> {
           ` for the peer, ${ratio('replays')}x ours (replay cache), ${ratio('replays, from the database')}x ours from the database.`,
       );
     } else if (peerSkipped) console.log(`\nPeer rows skipped: ${peerSkipped}`);
+    const targetChecks = checkTargets(results, peerSkipped);
+    console.log(`\nThe targets of issue #19, measured in this run:\n${formatTargets(targetChecks)}`);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(folder, { recursive: true });
     const run = {
@@ -446,6 +457,7 @@ async function main(): Promise<void> {
       platforms: MEASURED_PLATFORMS,
       peerSkipped: peerSkipped ?? null,
       results,
+      targets: targetChecks,
     };
     writeFileSync(join(folder, 'latest.json'), `${JSON.stringify(run, null, 2)}\n`);
     writeFileSync(join(folder, 'latest.svg'), renderChart(results));

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { HttpPlatform } from './http-platform.js';
+import { type NoOpMethods, silenceMethods } from './silenced-methods.js';
 
 /** The parts of an Express request the module reads. */
 interface ExpressRequest extends IncomingMessage {
@@ -11,6 +12,16 @@ interface ExpressRequest extends IncomingMessage {
   body?: unknown;
   route?: { path?: string };
 }
+
+/** Express's ways of sending a body, through which Nest sends a value. */
+const EXPRESS_SENDS: NoOpMethods = {
+  send(this: object) {
+    return this;
+  },
+  json(this: object) {
+    return this;
+  },
+};
 
 /** Nest's Express platform: the response is the Node.js response itself, extended by Express. */
 export const expressPlatform: HttpPlatform = {
@@ -27,17 +38,14 @@ export const expressPlatform: HttpPlatform = {
     };
   },
   responseOf(response) {
-    const res = response as ServerResponse & { send?: unknown; json?: unknown };
+    const res = response as ServerResponse;
     return {
       platformResponse: res,
       raw: res,
       syncHeaders: () => undefined,
       // Express's `send` and `json` (through which Nest sends a value) are skipped whole, so that nothing is
       // serialized or hashed for an answer that is not sent.
-      silence() {
-        if (typeof res.send === 'function') res.send = () => res;
-        if (typeof res.json === 'function') res.json = () => res;
-      },
+      silence: () => silenceMethods(res, EXPRESS_SENDS),
     };
   },
   // Nest's ExpressAdapter.reply: nothing for null and undefined, JSON for objects, text for the rest.
@@ -51,4 +59,6 @@ export const expressPlatform: HttpPlatform = {
       contentType: 'text/html; charset=utf-8',
     };
   },
+  // Express's body parsers read a body over their limit to its end before the 413 is sent.
+  readRefusedBodies: () => undefined,
 };

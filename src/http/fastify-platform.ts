@@ -1,5 +1,6 @@
-import type { IncomingHttpHeaders, OutgoingHttpHeaders, ServerResponse } from 'node:http';
+import type { IncomingHttpHeaders, IncomingMessage, OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { HttpPlatform } from './http-platform.js';
+import { type NoOpMethods, silenceMethods } from './silenced-methods.js';
 
 /** The parts of a Fastify request (`FastifyRequest`) the module reads. */
 interface FastifyRequestLike {
@@ -17,8 +18,42 @@ interface FastifyRequestLike {
 /** The parts of a Fastify reply (`FastifyReply`) the module uses. */
 interface FastifyReplyLike {
   raw: ServerResponse;
-  send: (payload?: unknown) => unknown;
   getHeaders(): OutgoingHttpHeaders;
+}
+
+/** Fastify's way of sending a body, through which Nest sends a value. */
+const FASTIFY_SEND: NoOpMethods = {
+  send(this: object) {
+    return this;
+  },
+};
+
+/** The part of a Fastify instance the module hooks into at start-up. */
+interface FastifyInstanceLike {
+  addHook(
+    name: 'onError',
+    hook: (
+      request: { headers: IncomingHttpHeaders; raw: IncomingMessage },
+      reply: unknown,
+      error: unknown,
+    ) => Promise<void>,
+  ): unknown;
+}
+
+/** Fastify's error for a body over its `bodyLimit` (or a route's), which it answers with 413. */
+const BODY_TOO_LARGE = 'FST_ERR_CTP_BODY_TOO_LARGE';
+
+/** The instances whose refused bodies are read already (one hook each, whatever starts twice). */
+const readingRefusedBodies = new WeakSet<object>();
+
+/** Resolves once the request's body has been read to its end (and thrown away), or its connection has gone. */
+function bodyDiscarded(raw: IncomingMessage): Promise<void> {
+  if (raw.complete || raw.destroyed) return Promise.resolve();
+  return new Promise((resolve) => {
+    raw.once('end', resolve);
+    raw.once('close', resolve);
+    raw.resume();
+  });
 }
 
 /**
@@ -62,9 +97,7 @@ export const fastifyPlatform: HttpPlatform = {
         }
       },
       // Fastify would serialize the value and run the onSend hooks for nothing, and warn that it was sent twice.
-      silence() {
-        reply.send = () => reply;
-      },
+      silence: () => silenceMethods(reply, FASTIFY_SEND),
     };
   },
   // Fastify's reply.send: nothing for undefined, text for strings, bytes as they are, JSON for the rest (null too).
@@ -78,5 +111,21 @@ export const fastifyPlatform: HttpPlatform = {
       };
     }
     return { body: Buffer.from(JSON.stringify(value)), contentType: 'application/json; charset=utf-8' };
+  },
+  /**
+   * Fastify refuses a body over its limit (413) without reading it and closes the connection once it has answered:
+   * closed with the body unread, the connection is reset, and a Node.js client still sending the body (fetch, http)
+   * fails with EPIPE before it reads the 413 (nodejs/node#12339), then retries it as a network error. A request with
+   * a key has its body read to its end (and thrown away) first, as Express's body parsers do.
+   */
+  readRefusedBodies(instance, keyHeaderName) {
+    const fastify = instance as FastifyInstanceLike;
+    if (readingRefusedBodies.has(fastify)) return;
+    readingRefusedBodies.add(fastify);
+    const header = keyHeaderName.toLowerCase();
+    fastify.addHook('onError', async (request, _reply, error) => {
+      if ((error as { code?: unknown }).code !== BODY_TOO_LARGE || request.headers[header] === undefined) return;
+      await bodyDiscarded(request.raw);
+    });
   },
 };

@@ -52,6 +52,12 @@ export interface HttpPlatform {
    * with the Content-Type it gives it unless the route set one.
    */
   bodyForValue(value: unknown): { body: Buffer; contentType?: string };
+  /**
+   * At start-up, on the platform's own instance (`httpAdapter.getInstance()`): a request carrying `keyHeaderName`
+   * whose body the platform refuses as too large (413) has its body read to its end before the answer, so that a
+   * client still sending it reads the 413 rather than a reset connection.
+   */
+  readRefusedBodies(instance: object, keyHeaderName: string): void;
 }
 
 const PLATFORMS: Record<HttpPlatformName, HttpPlatform> = { express: expressPlatform, fastify: fastifyPlatform };

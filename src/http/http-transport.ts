@@ -59,6 +59,8 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
   private platform?: HttpPlatform;
   /** What each attempt (`HttpAttempt`) ends its claim with, sends through and logs to. */
   private readonly attemptServices: AttemptServices;
+  /** The request header carrying the key, the module's (routes do not set their own). */
+  private readonly keyHeaderName: string;
 
   constructor(
     reflector: Reflector,
@@ -66,7 +68,8 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     private readonly idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions & HttpIdempotencyModuleOptions,
   ) {
-    resolveHttpPolicy(options); // invalid HTTP options fail at start-up, not on the first request
+    // Invalid HTTP options fail at start-up, not on the first request.
+    this.keyHeaderName = resolveHttpPolicy(options).headerName;
     this.plans = new RoutePlans(reflector, options);
     this.attemptServices = { idempotency, adapterHost, logger: this.logger, once: this.once };
   }
@@ -78,7 +81,9 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     trackNestReplies(adapter);
     // An application without idempotent routes starts on any platform (`HttpPlatformCheck`); one with them, on these.
     const platform = adapter.getType();
-    if (isSupportedHttpPlatform(platform)) this.platform = httpPlatformFor(platform);
+    if (!isSupportedHttpPlatform(platform)) return;
+    this.platform = httpPlatformFor(platform);
+    this.platform.readRefusedBodies(adapter.getInstance<object>(), this.keyHeaderName);
   }
 
   serves(context: ExecutionContext): boolean {

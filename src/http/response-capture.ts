@@ -2,6 +2,7 @@ import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { HttpResponse } from './http-platform.js';
 import { CODING_HEADERS, contentCodingsOf, unstorableCoding } from './content-coding.js';
+import { type NoOpMethods, silenceMethods } from './silenced-methods.js';
 
 /** What was sent: the whole response, or why it could not be stored. */
 export type SentResponse = { captured: true; response: StoredResponse } | { captured: false; reason: string };
@@ -184,16 +185,35 @@ export function answeredElsewhere(target: HttpResponse): boolean {
   return true;
 }
 
+/** A response's writes, once it has ended for its writers. */
+const RESPONSE_WRITES: NoOpMethods = {
+  write: () => false,
+  end(this: object) {
+    return this;
+  },
+  writeHead(this: object) {
+    return this;
+  },
+};
+
+/** A response's header changes, once its answer is out. */
+const HEADER_CHANGES: NoOpMethods = {
+  setHeader(this: object) {
+    return this;
+  },
+  appendHeader(this: object) {
+    return this;
+  },
+  removeHeader: () => undefined,
+};
+
 /**
  * Later writes and ends do nothing, as for a response that has ended. The platform's own ways of sending a body
  * (Express's `send` and `json`, Fastify's `reply.send`, through which Nest sends a value) are skipped whole, so that
  * nothing is serialized or hashed for an answer that is not sent.
  */
 function silenceWrites(response: HttpResponse): void {
-  const res = response.raw;
-  res.write = (() => false) as ServerResponse['write'];
-  res.end = (() => res) as ServerResponse['end'];
-  res.writeHead = () => res;
+  silenceMethods(response.raw, RESPONSE_WRITES);
   response.silence();
 }
 
@@ -203,9 +223,7 @@ function silenceWrites(response: HttpResponse): void {
  * client; Node would throw on it.
  */
 function sealHeaders(res: ServerResponse): void {
-  res.setHeader = () => res;
-  res.appendHeader = () => res;
-  res.removeHeader = () => undefined;
+  silenceMethods(res, HEADER_CHANGES);
 }
 
 /** `writeHead`'s headers: an object, or a flat or paired array of names and values. */

@@ -1,0 +1,111 @@
+import type { BenchResult } from './run.js';
+
+/** One target of issue #19, as measured in one run: met, missed, or not measured here (and why). */
+export interface TargetCheck {
+  target: string;
+  outcome: 'met' | 'not met' | 'not measured';
+  /** What was measured, or where it is measured instead. */
+  measured: string;
+}
+
+const ratioText = (ratio: number) => `${ratio.toFixed(2)}x`;
+
+/** A row's 2xx answers per second: a 500 is no replay, however fast it is answered. */
+function successesPerSecond(result: BenchResult): number {
+  const counts = Object.entries(result.statuses);
+  const total = counts.reduce((sum, [, count]) => sum + count, 0);
+  const successes = counts.filter(([status]) => status.startsWith('2')).reduce((sum, [, count]) => sum + count, 0);
+  return total === 0 ? 0 : (result.requestsPerSecond * successes) / total;
+}
+
+/**
+ * The targets of issue #19 checked against one run's rows: each ratio is of two rows measured side by side in that
+ * run (absolute numbers move with the shared machine's load). `peerSkipped` says why the peer rows are missing.
+ */
+export function checkTargets(results: BenchResult[], peerSkipped: string | undefined): TargetCheck[] {
+  const row = (config: string) => results.find((result) => result.config === config);
+  const checks: TargetCheck[] = [];
+  /** `config`'s ratio to its baseline against `minimum`, or why it was not measured. */
+  const atLeast = (target: string, config: string, minimum: number) => {
+    const measured = row(config);
+    checks.push(
+      measured
+        ? {
+            target,
+            outcome: measured.ratio >= minimum ? 'met' : 'not met',
+            measured: `${config}: ${ratioText(measured.ratio)} of its baseline`,
+          }
+        : { target, outcome: 'not measured', measured: `${config} was not measured in this run` },
+    );
+  };
+  /** `config`'s 2xx answers per second against `other`'s, at least `minimum` times them. */
+  const against = (target: string, config: string, other: string, minimum: number, otherMissing?: string) => {
+    const [measured, compared] = [row(config), row(other)];
+    if (!measured || !compared) {
+      const missing = !measured ? config : other;
+      checks.push({
+        target,
+        outcome: 'not measured',
+        measured: `${missing} was not measured in this run${otherMissing && !compared ? ` (${otherMissing})` : ''}`,
+      });
+      return;
+    }
+    const ratio = successesPerSecond(measured) / successesPerSecond(compared);
+    checks.push({
+      target,
+      outcome: ratio >= minimum ? 'met' : 'not met',
+      measured: `${config}: ${ratioText(ratio)} of ${other} (2xx answers per second)`,
+    });
+  };
+  for (const prefix of ['', 'fastify: ']) {
+    atLeast('standard new keys >= 0.6x of the baseline', `${prefix}standard, new keys @64`, 0.6);
+    atLeast('transactional new keys >= 0.5x of the baseline', `${prefix}transactional, new keys @64`, 0.5);
+  }
+  against(
+    "replays >= the peer's (Express)",
+    'replays @64',
+    'peer @node-idempotency/nestjs (Redis), replays @64',
+    1,
+    peerSkipped,
+  );
+  atLeast('replays >= 3x the baseline on Fastify', 'fastify: replays @64', 3);
+  const large = results.find((result) => result.name.startsWith('standard, new keys, ') && result.connections === 64);
+  if (large) against('the million-record table >= 0.9 of the empty one', large.config, 'standard, new keys @64', 0.9);
+  else
+    checks.push({
+      target: 'the million-record table >= 0.9 of the empty one',
+      outcome: 'not measured',
+      measured: 'no run on the large table (BENCH_PLATFORMS without express, or 64 not in BENCH_CONNECTIONS)',
+    });
+  checks.push({
+    target: 'crash to a running retry < 1 s',
+    outcome: 'not measured',
+    measured: 'measured by test/e2e/crash.e2e.spec.ts, not by the bench',
+  });
+  const contention = row('contention (one key) @64');
+  if (!contention)
+    checks.push({
+      target: 'no 5xx under contention (64 connections)',
+      outcome: 'not measured',
+      measured: 'contention (one key) @64 was not measured in this run',
+    });
+  else {
+    const serverErrors = Object.entries(contention.statuses)
+      .filter(([status]) => status.startsWith('5'))
+      .reduce((sum, [, count]) => sum + count, 0);
+    checks.push({
+      target: 'no 5xx under contention (64 connections)',
+      outcome: serverErrors === 0 && contention.errors === 0 ? 'met' : 'not met',
+      measured: `contention (one key) @64: ${serverErrors} answers 5xx, ${contention.errors} socket errors or timeouts`,
+    });
+  }
+  return checks;
+}
+
+export function formatTargets(checks: TargetCheck[]): string {
+  const width = Math.max(...checks.map((check) => check.target.length));
+  const outcomeWidth = Math.max(...checks.map((check) => check.outcome.length));
+  return checks
+    .map((check) => `${check.target.padEnd(width)}  ${check.outcome.padEnd(outcomeWidth)}  ${check.measured}`)
+    .join('\n');
+}
