@@ -45,6 +45,12 @@ if running; then
   exit 0
 fi
 
+if accepting; then
+  echo "127.0.0.1:$port already answers, and not as this script's PgBouncer (Debian's pgbouncer service?):" \
+    "stop it, or set PGBOUNCER_PORT" >&2
+  exit 1
+fi
+
 if ! command -v pgbouncer >/dev/null 2>&1; then
   echo "pgbouncer is not installed (Debian: apt-get install pgbouncer)" >&2
   exit 1
@@ -83,7 +89,7 @@ EOF
 
 pgbouncer -d "$dir/pgbouncer.ini"
 for _ in $(seq 1 100); do
-  if accepting; then
+  if running && accepting; then
     echo "$url"
     exit 0
   fi

@@ -70,7 +70,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.namedStatements = options.transactionPooler !== true;
     if (options.listenConnection !== undefined) {
       this.listenConnection = clientConfig(options.listenConnection);
-      this.outcomeWaits = new ChangeListener(channel, ownSession(() => this.clientClass(), this.listenConnection));
+      this.outcomeWaits = new ChangeListener(
+        channel,
+        ownSession(() => this.clientClass(), this.listenConnection),
+      );
     } else if (options.transactionPooler === true) {
       const held = heldRecordStatement(tableName);
       this.outcomeWaits = new RecordPolling(

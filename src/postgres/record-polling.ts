@@ -43,7 +43,10 @@ export class RecordPolling {
     return held;
   }
 
-  wait(scope: IdempotencyScope, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
+  wait(
+    scope: IdempotencyScope,
+    timeoutMs: number,
+  ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
     const digest = scopeDigest(scope);
     let wake!: () => void;
     const changed = new Promise<void>((resolve) => (wake = resolve));

@@ -44,9 +44,10 @@ class LedgerController {
   /** A write, in the run's transaction in transactional mode, and the work it stands for. */
   private async record(key: string) {
     const manager = this.context.manager ?? this.dataSource.manager;
-    const [{ id }] = (await manager.query('INSERT INTO ledger_entries (key) VALUES ($1) RETURNING id', [key])) as [
-      { id: number },
-    ];
+    const [{ id }] = await manager.query<[{ id: number }]>(
+      'INSERT INTO ledger_entries (key) VALUES ($1) RETURNING id',
+      [key],
+    );
     await delay(WORK_MS);
     return { id };
   }
@@ -94,10 +95,9 @@ async function burst(app: TestApp, route: string, keys: string[]) {
 }
 
 async function ledgerOf(keys: string[]): Promise<Map<string, number[]>> {
-  const rows = await (await database()).query<{ key: string; id: number }>(
-    'SELECT key, id FROM ledger_entries WHERE key = ANY($1) ORDER BY id',
-    [keys],
-  );
+  const rows = await (
+    await database()
+  ).query<{ key: string; id: number }>('SELECT key, id FROM ledger_entries WHERE key = ANY($1) ORDER BY id', [keys]);
   const ids = new Map<string, number[]>();
   for (const { key, id } of rows) ids.set(key, [...(ids.get(key) ?? []), id]);
   return ids;
@@ -138,7 +138,11 @@ describeThroughPgBouncer('an application through PgBouncer in transaction mode',
       it('answers a burst of 16 requests with one key 201: one run, the others wait for its outcome', async () => {
         const key = randomUUID();
         const started = Date.now();
-        const results = await burst(app as TestApp, route, Array.from({ length: 16 }, () => key));
+        const results = await burst(
+          app as TestApp,
+          route,
+          Array.from({ length: 16 }, () => key),
+        );
         const took = Date.now() - started;
         expect(results.map((result) => result.status)).toEqual(results.map(() => 201));
         const ledger = await ledgerOf([key]);

@@ -102,8 +102,9 @@ describeThroughPgBouncer('PostgresIdempotencyStore through PgBouncer in transact
 
   describe('the start-up check with transactionPooler: true', () => {
     it('passes with waits polling, and with a listenConnection straight to PostgreSQL', async () => {
-      for (const listenConnection of [undefined, (db as TestDatabase | undefined)?.url]) {
-        const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records', {
+      const data = await pooledDataSource();
+      for (const listenConnection of [undefined, db?.url]) {
+        const store = new PostgresIdempotencyStore(data, 'idempotency_records', {
           transactionPooler: true,
           ...(listenConnection === undefined ? {} : { listenConnection }),
         });
