@@ -1,8 +1,8 @@
-import { createHash } from 'node:crypto';
 import type { ClientBase, ClientConfig, PoolClient } from 'pg';
 import type { DataSource } from 'typeorm';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import { quoteIdentifier } from './postgres-identifiers.js';
+import { type ScopeWait, ScopeWaits, scopeDigest } from './scope-waits.js';
 import type { TransactionSlots } from './transaction-slots.js';
 import type { ClientClass } from './transaction-pooler.js';
 
@@ -22,7 +22,7 @@ export type OpenListeningSession = (timeoutMs: number) => Promise<ListeningSessi
  * the first wait. A lost connection is opened again by the next wait; waiters it leaves behind time out.
  */
 export class ChangeListener {
-  private readonly waiters = new Map<string, Set<() => void>>();
+  private readonly waits = new ScopeWaits<ScopeWait & { wake(): void }>();
   private connection?: Promise<ListeningSession>;
 
   constructor(
@@ -34,24 +34,13 @@ export class ChangeListener {
     scope: IdempotencyScope,
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
-    const digest = scopeDigest(scope);
-    let wake!: () => void;
-    const changed = new Promise<void>((resolve) => (wake = resolve));
-    const timer = setTimeout(() => done(), timeoutMs);
-    const done = () => {
-      clearTimeout(timer);
-      this.waiters.get(digest)?.delete(done);
-      if (this.waiters.get(digest)?.size === 0) this.waiters.delete(digest);
-      wake();
-    };
-    if (!this.waiters.has(digest)) this.waiters.set(digest, new Set());
-    this.waiters.get(digest)?.add(done);
+    const { changed, cancel } = this.waits.start(scopeDigest(scope), timeoutMs, (control) => ({ wake: control.end }));
     // Without a listener (none could be opened before the waiter's timeout), the waiter still ends at its timeout.
     const listening = Promise.race([this.listen(timeoutMs), changed]).then(
       () => undefined,
       () => undefined,
     );
-    return { changed, listening, cancel: done };
+    return { changed, listening, cancel };
   }
 
   async close(): Promise<void> {
@@ -71,7 +60,7 @@ export class ChangeListener {
           session.lost();
         };
         session.client.on('notification', (message) => {
-          for (const waiter of [...(this.waiters.get(message.payload ?? '') ?? [])]) waiter();
+          for (const wait of this.waits.on(message.payload ?? '')) wait.wake();
         });
         session.client.on('error', lost);
         session.client.on('end', lost);
@@ -139,9 +128,4 @@ export function ownSession(Client: () => ClientClass, config: ClientConfig): Ope
     }
     return { client, lost: () => undefined, close: () => client.end() };
   };
-}
-
-/** The payload of a change notification: short, and the same on every instance. */
-export function scopeDigest(scope: IdempotencyScope): string {
-  return createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
 }

@@ -1,7 +1,7 @@
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import { quoteTableName } from './postgres-identifiers.js';
 import { prepared, type Statement } from './record-statements.js';
-import { scopeDigest } from './change-listener.js';
+import { ScopeWaits, scopeDigest } from './scope-waits.js';
 
 /** The first read of an awaited record comes this long after it was marked; each next one twice as long after. */
 const FIRST_POLL_MS = 50;
@@ -22,7 +22,7 @@ export function heldRecordStatement(tableName: string): Statement {
 interface PolledWait {
   /** Starts reading the record (once): its scope was found held by `markAwaited`. */
   poll(): void;
-  end(): void;
+  onEnd(): void;
 }
 
 /**
@@ -33,13 +33,13 @@ interface PolledWait {
  * timeout.
  */
 export class RecordPolling {
-  private readonly waits = new Map<string, Set<PolledWait>>();
+  private readonly waits = new ScopeWaits<PolledWait>();
 
   constructor(private readonly isHeld: (scope: IdempotencyScope) => Promise<boolean>) {}
 
   async markAwaited(scope: IdempotencyScope): Promise<boolean> {
     const held = await this.isHeld(scope);
-    if (held) for (const wait of this.waits.get(scopeDigest(scope)) ?? []) wait.poll();
+    if (held) for (const wait of this.waits.on(scopeDigest(scope))) wait.poll();
     return held;
   }
 
@@ -47,48 +47,35 @@ export class RecordPolling {
     scope: IdempotencyScope,
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
-    const digest = scopeDigest(scope);
-    let wake!: () => void;
-    const changed = new Promise<void>((resolve) => (wake = resolve));
-    let ended = false;
-    let polling = false;
-    let nextRead: NodeJS.Timeout | undefined;
-    const wait: PolledWait = {
-      poll: () => {
-        if (polling || ended) return;
-        polling = true;
-        readAfter(FIRST_POLL_MS);
-      },
-      end: () => {
-        if (ended) return;
-        ended = true;
-        clearTimeout(deadline);
-        clearTimeout(nextRead);
-        this.waits.get(digest)?.delete(wait);
-        if (this.waits.get(digest)?.size === 0) this.waits.delete(digest);
-        wake();
-      },
-    };
-    const readAfter = (delayMs: number) => {
-      if (ended) return;
-      nextRead = setTimeout(() => {
-        // A read that fails (the database away for a moment) is read again; the timeout still bounds the wait.
-        this.isHeld(scope).then(
-          (held) => (held ? readAfter(Math.min(delayMs * 2, MAX_POLL_MS)) : wait.end()),
-          () => readAfter(Math.min(delayMs * 2, MAX_POLL_MS)),
-        );
-      }, delayMs);
-    };
-    const deadline = setTimeout(() => wait.end(), timeoutMs);
-    if (!this.waits.has(digest)) this.waits.set(digest, new Set());
-    this.waits.get(digest)?.add(wait);
+    const { changed, cancel } = this.waits.start(scopeDigest(scope), timeoutMs, (control) => {
+      let polling = false;
+      let nextRead: NodeJS.Timeout | undefined;
+      const readAfter = (delayMs: number) => {
+        if (control.ended) return;
+        nextRead = setTimeout(() => {
+          // A read that fails (the database away for a moment) is read again; the timeout still bounds the wait.
+          this.isHeld(scope).then(
+            (held) => (held ? readAfter(Math.min(delayMs * 2, MAX_POLL_MS)) : control.end()),
+            () => readAfter(Math.min(delayMs * 2, MAX_POLL_MS)),
+          );
+        }, delayMs);
+      };
+      return {
+        poll: () => {
+          if (polling) return;
+          polling = true;
+          readAfter(FIRST_POLL_MS);
+        },
+        onEnd: () => clearTimeout(nextRead),
+      };
+    });
     // Nothing to open: reading the record needs no connection of its own.
-    return { changed, listening: Promise.resolve(), cancel: () => wait.end() };
+    return { changed, listening: Promise.resolve(), cancel };
   }
 
   /** Ends every wait (at shutdown, once no attempt runs, there are none left). */
   close(): Promise<void> {
-    for (const waits of [...this.waits.values()]) for (const wait of [...waits]) wait.end();
+    this.waits.endAll();
     return Promise.resolve();
   }
 }
