@@ -4,7 +4,7 @@ import type { IdempotencyScope } from '../protocol/idempotency-store.interface.j
 /** What a wait is told of itself: whether it has ended, and how to end it (woken, or cancelled). */
 export interface WaitControl {
   readonly ended: boolean;
-  end(): void;
+  readonly end: () => void;
 }
 
 /** A wait of `ScopeWaits`: `onEnd`, if any, runs once when it ends. */
@@ -25,7 +25,7 @@ export class ScopeWaits<Wait extends ScopeWait> {
     digest: string,
     timeoutMs: number,
     build: (control: WaitControl) => Wait,
-  ): { changed: Promise<void>; cancel(): void } {
+  ): { changed: Promise<void>; cancel: () => void } {
     let wake!: () => void;
     const changed = new Promise<void>((resolve) => (wake = resolve));
     let ended = false;
