@@ -43,7 +43,8 @@ class BenchController {
   imports: [
     benchDatabase(),
     IdempotencyModule.forRoot({
-      store: IdempotencyPostgresModule.forRoot(),
+      // BENCH_TRANSACTION_POOLER=on: DATABASE_URL goes through PgBouncer in transaction mode (the rows through it).
+      store: IdempotencyPostgresModule.forRoot({ transactionPooler: process.env.BENCH_TRANSACTION_POOLER === 'on' }),
       accountResolver: () => 'bench',
       // BENCH_REPLAY_CACHE=off: every replay reads the database, as on an instance that has not seen the key.
       ...(process.env.BENCH_REPLAY_CACHE === 'off' ? { replayCache: false as const } : {}),

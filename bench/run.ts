@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { fileURLToPath } from 'node:url';
 import autocannon from 'autocannon';
+import pg from 'pg';
 import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sample-app/embedded-database.js';
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
@@ -50,9 +51,10 @@ interface Config {
   /**
    * Which app: on Express, on an empty records table, the same without its replay cache, or on a table holding
    * SCALE_RECORDS records; or on Fastify, on the same database as the first; or the peer app (`peer-app.ts`, on
-   * Express, on the same database as the first, its records in Redis).
+   * Express, on the same database as the first, its records in Redis); or on Express, on the first one's database
+   * through PgBouncer in transaction mode, with `transactionPooler: true`.
    */
-  target: 'empty' | 'uncached' | 'large' | 'fastify' | 'peer';
+  target: 'empty' | 'uncached' | 'large' | 'fastify' | 'peer' | 'pgbouncer';
   platform: Platform;
   /** The baseline it is compared with: its own platform's. */
   baseline: string;
@@ -157,9 +159,34 @@ const peerConfigs: Config[] = (
   baseline: 'baseline @64',
 }));
 
+/**
+ * The baseline and the new-key routes on Express through PgBouncer in transaction mode (`BENCH_PGBOUNCER_URL`, else
+ * `PGBOUNCER_URL`; `scripts/start-pgbouncer.sh`), the store with `transactionPooler: true`, at 64 connections, compared
+ * with the baseline through the same PgBouncer: skipped when it is not there.
+ */
+const PGBOUNCER = 'through PgBouncer';
+const PGBOUNCER_URL = process.env.BENCH_PGBOUNCER_URL || process.env.PGBOUNCER_URL;
+const pgbouncerConfigs: Config[] = (
+  [
+    { name: `${PGBOUNCER}: baseline`, path: '/bench/baseline', keys: 'none' },
+    { name: `${PGBOUNCER}: standard, new keys`, path: '/bench/standard', keys: 'new' },
+    { name: `${PGBOUNCER}: transactional, new keys`, path: '/bench/transactional', keys: 'new' },
+  ] satisfies Pick<Config, 'name' | 'path' | 'keys'>[]
+).map((config) => ({
+  ...config,
+  connections: 64,
+  target: 'pgbouncer',
+  platform: 'express',
+  baseline: `${PGBOUNCER}: baseline @64`,
+}));
+
 const allConfigs: Config[] = [
   ...(MEASURED_PLATFORMS.includes('express')
-    ? [...expressConfigs.map((config) => ({ ...config, platform: 'express' as const })), ...peerConfigs]
+    ? [
+        ...expressConfigs.map((config) => ({ ...config, platform: 'express' as const })),
+        ...peerConfigs,
+        ...pgbouncerConfigs,
+      ]
     : []),
   ...(MEASURED_PLATFORMS.includes('fastify') ? fastifyConfigs : []),
 ];
@@ -189,6 +216,30 @@ async function peerUnavailable(): Promise<string | undefined> {
     return `@node-idempotency/nestjs or its Redis adapter does not load (${(error as Error).message})`;
   }
   return undefined;
+}
+
+/** `url` (a database of the PostgreSQL server) reached through PgBouncer, whose wildcard entry forwards it by name. */
+function throughPgBouncer(url: string): string {
+  const pooled = new URL(url);
+  pooled.host = new URL(PGBOUNCER_URL as string).host;
+  return pooled.toString();
+}
+
+/** Why the rows through PgBouncer cannot be measured on `database` (no PgBouncer, or it does not reach it), or undefined. */
+async function pgbouncerUnavailable(database: TestDatabase, embedded: boolean): Promise<string | undefined> {
+  if (!PGBOUNCER_URL) return 'neither BENCH_PGBOUNCER_URL nor PGBOUNCER_URL is set (scripts/start-pgbouncer.sh)';
+  if (embedded) return 'the bench runs on an embedded PostgreSQL (DATABASE_URL unset), which PgBouncer does not front';
+  const client = new pg.Client({ connectionString: throughPgBouncer(database.url), connectionTimeoutMillis: 2000 });
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    await client.query('SELECT 1');
+    return undefined;
+  } catch (error) {
+    return `PgBouncer at ${PGBOUNCER_URL} does not reach the bench's database (${(error as Error).message})`;
+  } finally {
+    await client.end().catch(() => undefined);
+  }
 }
 
 /** The replay keys of a configuration's app: `replay-<platform>-<n>`, or `replay-peer-<n>` for the peer's. */
@@ -363,17 +414,27 @@ async function main(): Promise<void> {
     const reason = await peerUnavailable();
     if (reason) skipPeer(reason);
   }
-  const targets = new Set(configs.map((config) => config.target));
+  let targets = new Set(configs.map((config) => config.target));
   const databases: { empty: TestDatabase; large?: TestDatabase } = {
     empty: await createTestDatabase(),
     ...(targets.has('large') ? { large: await createTestDatabase() } : {}),
   };
+  let pgbouncerSkipped: string | undefined;
+  if (targets.has('pgbouncer')) {
+    pgbouncerSkipped = await pgbouncerUnavailable(databases.empty, embedded !== undefined);
+    if (pgbouncerSkipped) {
+      configs = configs.filter((config) => config.target !== 'pgbouncer');
+      targets = new Set(configs.map((config) => config.target));
+      console.log(`Skipping the rows ${PGBOUNCER}: ${pgbouncerSkipped}`);
+    }
+  }
   // Only the apps that the measured configurations need (BENCH_PLATFORMS=fastify needs the Fastify one alone).
   const env: Record<Config['target'], () => Record<string, string>> = {
     empty: () => ({ DATABASE_URL: databases.empty.url }),
     uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
     large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
     fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
+    pgbouncer: () => ({ DATABASE_URL: throughPgBouncer(databases.empty.url), BENCH_TRANSACTION_POOLER: 'on' }),
     // This run's keys under a prefix of their own in Redis.
     peer: () => ({
       DATABASE_URL: databases.empty.url,
@@ -445,6 +506,7 @@ async function main(): Promise<void> {
           ` for the peer, ${ratio('replays')}x ours (replay cache), ${ratio('replays, from the database')}x ours from the database.`,
       );
     } else if (peerSkipped) console.log(`\nPeer rows skipped: ${peerSkipped}`);
+    if (pgbouncerSkipped) console.log(`Rows ${PGBOUNCER} skipped: ${pgbouncerSkipped}`);
     const targetChecks = checkTargets(results, peerSkipped);
     console.log(`\nThe targets of issue #19, measured in this run:\n${formatTargets(targetChecks)}`);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
@@ -456,6 +518,7 @@ async function main(): Promise<void> {
       scaleRecords: SCALE_RECORDS,
       platforms: MEASURED_PLATFORMS,
       peerSkipped: peerSkipped ?? null,
+      pgbouncerSkipped: pgbouncerSkipped ?? null,
       results,
       targets: targetChecks,
     };

@@ -1,84 +1,73 @@
-import { createHash } from 'node:crypto';
-import type { DataSource, QueryRunner } from 'typeorm';
+import type { ClientBase, ClientConfig, PoolClient } from 'pg';
+import type { DataSource } from 'typeorm';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import { quoteIdentifier } from './postgres-identifiers.js';
+import { type ScopeWait, ScopeWaits, scopeDigest } from './scope-waits.js';
 import type { TransactionSlots } from './transaction-slots.js';
+import type { ClientClass } from './transaction-pooler.js';
+
+/** The session LISTEN runs on: its client, what to do when it is lost, and how to give it back. */
+export interface ListeningSession {
+  client: ClientBase;
+  /** The connection was lost: give back what it held (it is not closed again). */
+  lost(): void;
+  close(): Promise<void>;
+}
+
+/** Opens the session LISTEN runs on, waiting at most `timeoutMs` for what it needs. */
+export type OpenListeningSession = (timeoutMs: number) => Promise<ListeningSession>;
 
 /**
  * One LISTEN connection per store, shared by every waiting attempt (no connection per waiter), opened on
  * the first wait. A lost connection is opened again by the next wait; waiters it leaves behind time out.
- * While it is open it holds one of the transaction slots, so that it never takes a connection kept free.
  */
 export class ChangeListener {
-  private readonly waiters = new Map<string, Set<() => void>>();
-  private connection?: Promise<{ runner: QueryRunner; freeSlot(): void }>;
+  private readonly waits = new ScopeWaits<ScopeWait & { wake(): void }>();
+  private connection?: Promise<ListeningSession>;
 
   constructor(
-    private readonly dataSource: DataSource,
     private readonly channel: string,
-    private readonly slots: TransactionSlots,
+    private readonly open: OpenListeningSession,
   ) {}
 
-  wait(digest: string, timeoutMs: number): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
-    let wake!: () => void;
-    const changed = new Promise<void>((resolve) => (wake = resolve));
-    const timer = setTimeout(() => done(), timeoutMs);
-    const done = () => {
-      clearTimeout(timer);
-      this.waiters.get(digest)?.delete(done);
-      if (this.waiters.get(digest)?.size === 0) this.waiters.delete(digest);
-      wake();
-    };
-    if (!this.waiters.has(digest)) this.waiters.set(digest, new Set());
-    this.waiters.get(digest)?.add(done);
+  wait(
+    scope: IdempotencyScope,
+    timeoutMs: number,
+  ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
+    const { changed, cancel } = this.waits.start(scopeDigest(scope), timeoutMs, (control) => ({ wake: control.end }));
     // Without a listener (none could be opened before the waiter's timeout), the waiter still ends at its timeout.
     const listening = Promise.race([this.listen(timeoutMs), changed]).then(
       () => undefined,
       () => undefined,
     );
-    return { changed, listening, cancel: done };
+    return { changed, listening, cancel };
   }
 
   async close(): Promise<void> {
     const connection = this.connection;
     this.connection = undefined;
     const listening = await connection?.catch(() => undefined);
-    if (!listening) return;
-    try {
-      await listening.runner.query('UNLISTEN *').catch(() => undefined); // the connection goes back to the pool
-      await listening.runner.release();
-    } finally {
-      listening.freeSlot();
-    }
+    await listening?.close();
   }
 
-  /** Opens the listening connection, waiting at most `timeoutMs` for its slot. */
+  /** Opens the listening connection, waiting at most `timeoutMs` for it. */
   private listen(timeoutMs: number): Promise<unknown> {
     this.connection ??= (async () => {
-      // With a single transaction slot (a pool of three or fewer), the listener takes a connection kept free
-      // instead: holding that slot would leave transactional routes none at all.
-      let slotHeld = this.slots.capacity > 1;
-      if (slotHeld) await this.slots.acquire(timeoutMs);
-      const freeSlot = () => {
-        if (slotHeld) this.slots.release();
-        slotHeld = false;
-      };
+      const session = await this.open(timeoutMs);
       try {
-        const runner = this.dataSource.createQueryRunner();
-        const client = (await runner.connect()) as import('pg').PoolClient;
         const lost = () => {
           if (this.connection === connection) this.connection = undefined;
-          freeSlot();
+          session.lost();
         };
-        client.on('notification', (message) => {
-          for (const waiter of [...(this.waiters.get(message.payload ?? '') ?? [])]) waiter();
+        session.client.on('notification', (message) => {
+          for (const wait of this.waits.on(message.payload ?? '')) wait.wake();
         });
-        client.on('error', lost);
-        client.on('end', lost);
-        await runner.query(`LISTEN ${quoteIdentifier(this.channel)}`);
-        return { runner, freeSlot };
+        session.client.on('error', lost);
+        session.client.on('end', lost);
+        await session.client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+        return session;
       } catch (error) {
-        freeSlot();
+        await session.close().catch(() => undefined);
         throw error;
       }
     })();
@@ -90,7 +79,53 @@ export class ChangeListener {
   }
 }
 
-/** The payload of a change notification: short, and the same on every instance. */
-export function scopeDigest(scope: IdempotencyScope): string {
-  return createHash('md5').update(`${scope.account}\n${scope.endpoint}\n${scope.key}`).digest('hex');
+/**
+ * LISTEN on a pooled connection of the data source. While it is open it holds one of the transaction slots, so that
+ * it never takes a connection kept free; with a single slot (a pool of three or fewer), it takes a connection kept
+ * free instead: holding that slot would leave transactional routes none at all.
+ */
+export function dataSourceSession(dataSource: DataSource, slots: TransactionSlots): OpenListeningSession {
+  return async (timeoutMs) => {
+    let slotHeld = slots.capacity > 1;
+    if (slotHeld) await slots.acquire(timeoutMs);
+    const freeSlot = () => {
+      if (slotHeld) slots.release();
+      slotHeld = false;
+    };
+    try {
+      const runner = dataSource.createQueryRunner();
+      const client = (await runner.connect()) as PoolClient;
+      return {
+        client,
+        lost: freeSlot,
+        close: async () => {
+          try {
+            await runner.query('UNLISTEN *').catch(() => undefined); // the connection goes back to the pool
+            await runner.release();
+          } finally {
+            freeSlot();
+          }
+        },
+      };
+    } catch (error) {
+      freeSlot();
+      throw error;
+    }
+  };
+}
+
+/** LISTEN on a connection of its own (`listenConnection`), outside the data source's pool. */
+export function ownSession(Client: () => ClientClass, config: ClientConfig): OpenListeningSession {
+  return async () => {
+    const client = new (Client())(config);
+    // Errors after the connection is up are the listener's; one while connecting rejects `connect()`.
+    client.on('error', () => undefined);
+    try {
+      await client.connect();
+    } catch (error) {
+      await client.end().catch(() => undefined);
+      throw error;
+    }
+    return { client, lost: () => undefined, close: () => client.end() };
+  };
 }

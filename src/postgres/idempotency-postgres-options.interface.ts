@@ -1,3 +1,5 @@
+import type { ClientConfig } from 'pg';
+
 /** Options of `IdempotencyPostgresModule.forRoot()`: where the records live, and how the data source meets runs. */
 export interface IdempotencyPostgresOptions {
   /** Table holding the records, optionally schema-qualified (`billing.idempotency_records`). Default: `idempotency_records`. */
@@ -16,6 +18,20 @@ export interface IdempotencyPostgresOptions {
    * `TransactionEscapeError` (for tests and strict apps), `'ignore'` does nothing. Raw SQL is not seen. Default: `'log'`.
    */
   onTransactionEscape?: 'log' | 'throw' | 'ignore';
+  /**
+   * The data source reaches PostgreSQL through a transaction pooler (PgBouncer with `pool_mode = transaction`,
+   * before 1.21 or without `max_prepared_statements`), which hands each transaction to whichever server connection
+   * is free: the store then sends unnamed statements (named prepared statements live on one server connection), and
+   * waits for in-flight outcomes (`inFlight: 'wait'`) LISTEN on `listenConnection`, or poll the record without one.
+   * Default: `false` (named prepared statements, LISTEN on a connection of the data source).
+   */
+  transactionPooler?: boolean;
+  /**
+   * A connection of its own, straight to PostgreSQL (not through a transaction pooler), on which waits for in-flight
+   * outcomes LISTEN: a `postgres://` URL or node-postgres's `ClientConfig`. Default: a connection of the data
+   * source, or, with `transactionPooler: true`, none (waits poll the record).
+   */
+  listenConnection?: string | ClientConfig;
 }
 
 /** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */

@@ -32,7 +32,10 @@ import { RunTransactionBinding } from './run-transaction-binding.js';
       provide: IDEMPOTENCY_STORE,
       inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_POSTGRES_SETTINGS],
       useFactory: (dataSource: DataSource, settings: PostgresSettings) =>
-        new PostgresIdempotencyStore(dataSource, settings.tableName),
+        new PostgresIdempotencyStore(dataSource, settings.tableName, {
+          transactionPooler: settings.transactionPooler,
+          listenConnection: settings.listenConnection,
+        }),
     },
     RunTransactionBinding,
     PostgresIdempotencyContext,

@@ -13,6 +13,6 @@ export type { PostgresStoreTransaction } from './postgres-store-transaction.js';
 export { TransactionEscapeError } from './transaction-escape.subscriber.js';
 
 // The store itself (for a module of your own), and its table: the entity and the migrations that create it.
-export { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
+export { PostgresIdempotencyStore, type PostgresStoreConnectionOptions } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './migrations/idempotency-migrations.js';

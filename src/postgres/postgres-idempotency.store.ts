@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import type { PoolClient } from 'pg';
+import type { ClientConfig, PoolClient, QueryConfig } from 'pg';
 import type { DataSource } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
@@ -11,8 +11,11 @@ import type {
   StoredResponse,
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
-import { ChangeListener, scopeDigest } from './change-listener.js';
+import { ChangeListener, dataSourceSession, ownSession } from './change-listener.js';
+import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
 import { PostgresStoreTransaction } from './postgres-store-transaction.js';
+import { clientConfig } from './postgres-options.js';
+import { heldRecordStatement, RecordPolling } from './record-polling.js';
 import {
   type ClaimRow,
   type RecordStatements,
@@ -21,6 +24,13 @@ import {
   toExistingRecord,
 } from './record-statements.js';
 import { checkRecordsTable } from './records-table-check.js';
+import {
+  type ClientClass,
+  dataSourceBehindPoolerError,
+  listenConnectionBehindPoolerError,
+  namedStatementFailure,
+  sharedBackend,
+} from './transaction-pooler.js';
 import { TransactionSlots } from './transaction-slots.js';
 
 /**
@@ -31,15 +41,23 @@ import { TransactionSlots } from './transaction-slots.js';
  */
 const CLAIM_ATTEMPTS = 5;
 
+/** How the store meets a transaction pooler: `IdempotencyPostgresOptions`' `transactionPooler` and `listenConnection`. */
+export type PostgresStoreConnectionOptions = Pick<IdempotencyPostgresOptions, 'transactionPooler' | 'listenConnection'>;
+
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
   private readonly statements: RecordStatements;
-  private readonly changes: ChangeListener;
+  /** In-flight waits: LISTEN (on the data source, or on `listenConnection`), or reads of the record. */
+  private readonly outcomeWaits: ChangeListener | RecordPolling;
   private readonly transactionSlots: TransactionSlots;
+  /** Named prepared statements, unless a transaction pooler would hand them to other clients. */
+  private readonly namedStatements: boolean;
+  private readonly listenConnection?: ClientConfig;
 
   constructor(
     private readonly dataSource: DataSource,
     private readonly tableName: string,
+    options: PostgresStoreConnectionOptions = {},
   ) {
     // A fixed-length channel name: PostgreSQL's identifiers stop at 63 bytes.
     const channel = `idempotency_${createHash('md5').update(tableName).digest('hex').slice(0, 20)}`;
@@ -48,8 +66,22 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     // stops transactions from starving each other of the connections their handlers need.
     const { extra, poolSize } = dataSource.options as { extra?: { max?: number }; poolSize?: number };
     this.transactionSlots = new TransactionSlots(Math.max(1, (extra?.max ?? poolSize ?? 10) - 2));
-    this.changes = new ChangeListener(dataSource, channel, this.transactionSlots);
     this.statements = recordStatements(tableName, channel);
+    this.namedStatements = options.transactionPooler !== true;
+    if (options.listenConnection !== undefined) {
+      this.listenConnection = clientConfig(options.listenConnection);
+      this.outcomeWaits = new ChangeListener(
+        channel,
+        ownSession(() => this.clientClass(), this.listenConnection),
+      );
+    } else if (options.transactionPooler === true) {
+      const held = heldRecordStatement(tableName);
+      this.outcomeWaits = new RecordPolling(
+        async (scope) => (await this.count(held, [scope.account, scope.endpoint, scope.key])) === 1,
+      );
+    } else {
+      this.outcomeWaits = new ChangeListener(channel, dataSourceSession(dataSource, this.transactionSlots));
+    }
   }
 
   async claim(
@@ -105,6 +137,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async markAwaited(scope: IdempotencyScope): Promise<boolean> {
+    if (this.outcomeWaits instanceof RecordPolling) return this.outcomeWaits.markAwaited(scope);
     return (await this.count(this.statements.markAwaited, [scope.account, scope.endpoint, scope.key])) === 1;
   }
 
@@ -112,7 +145,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     scope: IdempotencyScope,
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
-    return this.changes.wait(scopeDigest(scope), timeoutMs);
+    return this.outcomeWaits.wait(scope, timeoutMs);
   }
 
   async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
@@ -129,17 +162,35 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return new PostgresStoreTransaction(runner, () => this.transactionSlots.release());
   }
 
-  checkSchema(): Promise<void> {
-    return checkRecordsTable(this.dataSource, this.tableName);
+  /**
+   * Checks the records table, then that no transaction pooler stands where a session is needed: in front of the data
+   * source with named statements and LISTEN (without `transactionPooler: true`), or in front of `listenConnection`.
+   */
+  async checkSchema(): Promise<void> {
+    await checkRecordsTable(this.dataSource, this.tableName);
+    if (this.namedStatements) {
+      const pool = (this.dataSource.driver as PostgresDriver).master as { options: ClientConfig };
+      const backend = await sharedBackend(this.clientClass(), pool.options);
+      if (backend !== undefined) throw dataSourceBehindPoolerError(backend);
+    }
+    if (this.listenConnection) {
+      const backend = await sharedBackend(this.clientClass(), this.listenConnection);
+      if (backend !== undefined) throw listenConnectionBehindPoolerError(backend);
+    }
   }
 
   purgeExpired(batchSize: number): Promise<number> {
     return this.count(this.statements.purge, [batchSize]);
   }
 
-  /** Stops listening for changes, giving the listening connection back to the pool. */
+  /** Stops listening for changes, giving the listening connection back to the pool (or closing its own). */
   async close(): Promise<void> {
-    await this.changes.close();
+    await this.outcomeWaits.close();
+  }
+
+  /** node-postgres's `Client`, as TypeORM loaded it for the data source. */
+  private clientClass(): ClientClass {
+    return ((this.dataSource.driver as PostgresDriver).postgres as { Client: ClientClass }).Client;
   }
 
   private async count(statement: Statement, parameters: unknown[], transaction?: StoreTransaction): Promise<number> {
@@ -148,11 +199,22 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * Runs a statement as a named prepared statement on a pooled connection (or the transaction's): PostgreSQL
-   * plans it once per connection instead of at every request.
+   * Runs a statement on a pooled connection (or the transaction's). As a named prepared statement, PostgreSQL plans
+   * it once per connection instead of at every request; behind a transaction pooler, unnamed (parsed every time),
+   * since the pooler's next server connection may not have it, or have another client's of that name.
    */
   private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
-    const config = { ...statement, values };
+    try {
+      return await this.send<Row>(
+        this.namedStatements ? { ...statement, values } : { text: statement.text, values },
+        transaction,
+      );
+    } catch (error) {
+      throw (this.namedStatements && namedStatementFailure(error)) || error;
+    }
+  }
+
+  private async send<Row>(config: QueryConfig, transaction?: StoreTransaction): Promise<Row[]> {
     if (transaction) {
       if (!(transaction instanceof PostgresStoreTransaction)) {
         throw new Error('PostgresIdempotencyStore was given a transaction of another store');

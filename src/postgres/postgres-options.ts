@@ -1,3 +1,5 @@
+import type { ClientConfig } from 'pg';
+import { describedValue } from '../protocol/described-value.js';
 import { boolean, nonEmptyString, oneOf } from '../protocol/option-checks.js';
 import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
 
@@ -10,6 +12,10 @@ export interface PostgresSettings {
   enlist: boolean;
   /** See `onTransactionEscape`. */
   onEscape: 'log' | 'throw' | 'ignore';
+  /** See `transactionPooler`. */
+  transactionPooler: boolean;
+  /** See `listenConnection`; undefined: LISTEN on the data source, or poll behind a transaction pooler. */
+  listenConnection?: ClientConfig;
 }
 
 export function resolvePostgresSettings(options: IdempotencyPostgresOptions): PostgresSettings {
@@ -17,5 +23,16 @@ export function resolvePostgresSettings(options: IdempotencyPostgresOptions): Po
     tableName: nonEmptyString('tableName', options.tableName ?? DEFAULT_TABLE_NAME),
     enlist: boolean('enlistDataSource', options.enlistDataSource ?? false),
     onEscape: oneOf('onTransactionEscape', options.onTransactionEscape ?? 'log', ['log', 'throw', 'ignore'] as const),
+    transactionPooler: boolean('transactionPooler', options.transactionPooler ?? false),
+    ...(options.listenConnection === undefined ? {} : { listenConnection: clientConfig(options.listenConnection) }),
   };
+}
+
+/** `listenConnection`: a URL becomes `{ connectionString }`; anything but a URL or a `ClientConfig` is refused. */
+export function clientConfig(value: string | ClientConfig): ClientConfig {
+  if (typeof value === 'string' && value.length > 0) return { connectionString: value };
+  if (typeof value === 'object' && value !== null && !Array.isArray(value)) return value;
+  throw new TypeError(
+    `Idempotency option listenConnection must be a postgres:// URL or a node-postgres ClientConfig, got ${describedValue(value)}`,
+  );
 }

@@ -118,7 +118,7 @@ export interface Statement {
 }
 
 /** A statement with a name of its own (its text's digest), for PostgreSQL to prepare once per connection. */
-function prepared(text: string): Statement {
+export function prepared(text: string): Statement {
   return { name: `idempotency_${createHash('md5').update(text).digest('hex').slice(0, 16)}`, text };
 }
 

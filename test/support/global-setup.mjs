@@ -13,5 +13,7 @@ export default async function globalSetup() {
   const dataDir = mkdtempSync(join(tmpdir(), 'idempotency-test-pg-'));
   const database = await startEmbeddedDatabase(dataDir, await freePort(), false);
   process.env.DATABASE_URL = database.url;
+  // The pooler suites (test/support/pgbouncer.ts) skip on it: PgBouncer fronts a server, not this one.
+  process.env.IDEMPOTENCY_TEST_EMBEDDED_DATABASE = 'true';
   globalThis.embeddedDatabase = database;
 }

@@ -3,7 +3,12 @@ import { resolvePostgresSettings } from '../../src/postgres/postgres-options.js'
 // The PostgreSQL room's options, checked at start-up with the wording of every room's.
 describe('resolvePostgresSettings', () => {
   it('defaults to the data source left alone and escaping writes logged', () => {
-    expect(resolvePostgresSettings({})).toEqual({ tableName: 'idempotency_records', enlist: false, onEscape: 'log' });
+    expect(resolvePostgresSettings({})).toEqual({
+      tableName: 'idempotency_records',
+      enlist: false,
+      onEscape: 'log',
+      transactionPooler: false,
+    });
   });
 
   // Review of issue #10: `enlistDataSource: 'false'` (from the environment) turns enlistment on.
@@ -21,5 +26,31 @@ describe('resolvePostgresSettings', () => {
     expect(() => resolvePostgresSettings({ tableName: 5 as unknown as string })).toThrow(
       /tableName must be a non-empty string, got the number 5/,
     );
+  });
+
+  it('refuses a transactionPooler that is not a boolean, saying what it got', () => {
+    expect(() => resolvePostgresSettings({ transactionPooler: 'true' as unknown as boolean })).toThrow(
+      /transactionPooler must be true or false, got the string "true"/,
+    );
+  });
+
+  it('takes a listenConnection as a URL or a node-postgres ClientConfig, and refuses anything else', () => {
+    expect(resolvePostgresSettings({ listenConnection: 'postgres://db:5432/app' }).listenConnection).toEqual({
+      connectionString: 'postgres://db:5432/app',
+    });
+    expect(resolvePostgresSettings({ listenConnection: { host: 'db', port: 5432 } }).listenConnection).toEqual({
+      host: 'db',
+      port: 5432,
+    });
+    for (const [value, got] of [
+      ['', 'the string ""'],
+      [5432, 'the number 5432'],
+      [null, 'null'],
+      [['postgres://db'], 'an array'],
+    ] as const) {
+      expect(() => resolvePostgresSettings({ listenConnection: value as unknown as string })).toThrow(
+        `listenConnection must be a postgres:// URL or a node-postgres ClientConfig, got ${got}`,
+      );
+    }
   });
 });
