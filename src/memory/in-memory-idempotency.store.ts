@@ -30,6 +30,8 @@ interface MemoryRecord {
   response?: StoredResponse;
   /** A waiter asked to be woken when this in-progress record is completed or released. */
   awaited: boolean;
+  /** Claimed for a transaction that held the scope (as PostgreSQL's `lock_held`): free once it no longer does. */
+  lockHeld: boolean;
 }
 
 /** The lock a transaction holds on a record it changed, until it commits (the change shows) or rolls back. */
@@ -51,7 +53,8 @@ const UUID = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$
  * Its transactions hold only the outcome a `complete(…, transaction)` stores: visible once they commit, discarded
  * when they roll back. They have no database connection, so a handler's own writes are not part of them.
  * As in PostgreSQL, a record completed inside a transaction is locked until the transaction ends: a renewal,
- * release, completion or takeover of that record waits for it (a claim that finds the record held does not).
+ * release, completion or takeover of that record waits for it (a claim that finds the record held does not). A
+ * transaction begun holding a scope holds it until it ends, as the PostgreSQL store's advisory lock.
  */
 export class InMemoryIdempotencyStore implements IdempotencyStore {
   readonly processLocal = true;
@@ -59,6 +62,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   private readonly records = new Map<string, MemoryRecord>();
   private readonly locks = new Map<string, RowLock>();
   private readonly waiters = new Map<string, Set<() => void>>();
+  /** The open transaction holding each scope held (`beginHoldingTransaction`). */
+  private readonly scopeHolders = new Map<string, InMemoryStoreTransaction>();
 
   constructor(options: InMemoryIdempotencyStoreOptions = {}) {
     this.now = options.now ?? Date.now;
@@ -69,20 +74,25 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     fingerprint: string,
     attempt: string,
     timing: ClaimTiming,
+    holder?: StoreTransaction,
   ): Promise<ClaimResult> {
     checkAttempt(attempt);
     const key = keyOf(scope);
+    if (holder !== undefined) this.ownTransaction(holder, 'claim');
     for (;;) {
       const now = this.now();
+      const holdsScope = holder !== undefined && this.scopeHolders.get(key) === holder;
       const current = this.records.get(key);
-      // The record holds the scope unless it expired, or its lease lapsed and this is the same request.
+      // The record holds the scope unless it expired, or it is free and this is the same request: its lease lapsed,
+      // or it was claimed for a transaction holding the scope and that transaction has ended.
+      const holderGone = current?.lockHeld === true && (holdsScope || !this.scopeHolders.has(key));
       const holds =
         current !== undefined &&
         current.expiresAt > now &&
         !(
           current.status === 'in_progress' &&
-          (current.lockedUntil as number) <= now &&
-          current.fingerprint === fingerprint
+          current.fingerprint === fingerprint &&
+          ((current.lockedUntil as number) <= now || holderGone)
         );
       if (current && holds) return { claimed: false, existing: existingRecord(current, now) };
       const lock = this.locks.get(key);
@@ -99,6 +109,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         lockedUntil: now + timing.leaseSeconds * 1000,
         expiresAt: now + (timing.leaseSeconds + timing.ttlSeconds) * 1000,
         awaited: takeover ? current.awaited : false,
+        lockHeld: holdsScope,
       });
       return { claimed: true, takeover };
     }
@@ -140,9 +151,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       if (done.awaited) this.wake(key);
       return true;
     }
-    if (!(transaction instanceof InMemoryStoreTransaction) || transaction.store !== this) {
-      throw new Error('InMemoryIdempotencyStore.complete() was given a transaction of another store');
-    }
+    this.ownTransaction(transaction, 'complete');
     transaction.assertOpen();
     for (;;) {
       const lock = this.locks.get(key);
@@ -209,6 +218,21 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
 
   /** A transaction in which `complete()` stores an outcome that becomes visible on commit. Never waits. */
   async beginTransaction(_timeoutMs?: number): Promise<StoreTransaction> {
+    return this.newTransaction();
+  }
+
+  /** A transaction holding `scope` until it ends, unless another open one holds it already. Always one: never waits. */
+  async beginHoldingTransaction(scope: IdempotencyScope): Promise<StoreTransaction> {
+    const transaction = this.newTransaction();
+    const key = keyOf(scope);
+    if (!this.scopeHolders.has(key)) {
+      this.scopeHolders.set(key, transaction);
+      transaction.heldScope = key;
+    }
+    return transaction;
+  }
+
+  private newTransaction(): InMemoryStoreTransaction {
     return new InMemoryStoreTransaction(this, {
       commit: (transaction) => {
         for (const [key, record] of transaction.changes) {
@@ -261,7 +285,9 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     this.locks.set(key, { owner, released, release });
   }
 
+  /** Ends what `transaction` holds: its records' locks, and its scope. */
   private unlock(transaction: InMemoryStoreTransaction): void {
+    if (transaction.heldScope !== undefined) this.scopeHolders.delete(transaction.heldScope);
     for (const key of transaction.changes.keys()) {
       const lock = this.locks.get(key);
       if (lock?.owner !== transaction) continue;
@@ -269,6 +295,15 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       lock.release();
     }
     transaction.changes.clear();
+  }
+
+  private ownTransaction(
+    transaction: StoreTransaction,
+    method: string,
+  ): asserts transaction is InMemoryStoreTransaction {
+    if (!(transaction instanceof InMemoryStoreTransaction) || transaction.store !== this) {
+      throw new Error(`InMemoryIdempotencyStore.${method}() was given a transaction of another store`);
+    }
   }
 
   private wake(key: string): void {
@@ -280,6 +315,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
 class InMemoryStoreTransaction implements StoreTransaction {
   /** The records this transaction changed, as it left them. */
   readonly changes = new Map<string, MemoryRecord>();
+  /** The scope (its key) this transaction holds while it is open, if it holds one. */
+  heldScope?: string;
   private state: 'open' | 'committed' | 'rolled back' | 'abandoned' = 'open';
 
   constructor(

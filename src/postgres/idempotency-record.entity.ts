@@ -40,6 +40,13 @@ export class IdempotencyRecord {
   @Column({ type: 'boolean', default: false })
   awaited: boolean;
 
+  /**
+   * The attempt holding the claim holds the scope's advisory lock while its transaction is open (transactional mode):
+   * once that transaction has ended, the same request may take the claim over without waiting for the lease.
+   */
+  @Column({ name: 'lock_held', type: 'boolean', default: false })
+  lockHeld: boolean;
+
   @Column({ name: 'response_status', type: 'smallint', nullable: true })
   responseStatus: number | null;
 

@@ -12,6 +12,7 @@ import type {
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
 import { ChangeListener, dataSourceSession, ownSession } from './change-listener.js';
+import { scopeLockKey, startTransactionLocking } from './holder-locks.js';
 import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
 import { PostgresStoreTransaction } from './postgres-store-transaction.js';
 import { clientConfig } from './postgres-options.js';
@@ -89,7 +90,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     fingerprint: string,
     attempt: string,
     timing: ClaimTiming,
+    holder?: StoreTransaction,
   ): Promise<ClaimResult> {
+    const lockKey = scopeLockKey(this.tableName, scope);
+    const holdsLock = holder !== undefined && ownTransaction(holder).heldLockKey === lockKey && !holder.connectionLost;
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
       const rows = await this.query<ClaimRow>(this.statements.claim, [
         scope.account,
@@ -99,6 +103,8 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         attempt,
         timing.leaseSeconds,
         timing.ttlSeconds,
+        holdsLock,
+        lockKey,
       ]);
       const [row] = rows;
       if (!row) continue;
@@ -150,16 +156,32 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
     await this.transactionSlots.acquire(timeoutMs);
+    return this.openTransaction();
+  }
+
+  /**
+   * A transaction that tries the scope's advisory lock as it starts, in the same round trip: held until it ends, which
+   * PostgreSQL makes happen at once when the session dies (its client killed, its connection cut).
+   */
+  async beginHoldingTransaction(scope: IdempotencyScope): Promise<PostgresStoreTransaction | undefined> {
+    if (!this.transactionSlots.tryAcquire()) return undefined;
+    return this.openTransaction(scopeLockKey(this.tableName, scope));
+  }
+
+  /** Starts a transaction in a slot already taken (given back if it cannot start), trying `lockKey` if given. */
+  private async openTransaction(lockKey?: string): Promise<PostgresStoreTransaction> {
     const runner = this.dataSource.createQueryRunner();
+    let locked = false;
     try {
       await runner.connect();
-      await runner.startTransaction();
+      if (lockKey === undefined) await runner.startTransaction();
+      else locked = await startTransactionLocking(runner, lockKey);
     } catch (error) {
       await runner.release();
       this.transactionSlots.release();
       throw error;
     }
-    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release());
+    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release(), locked ? lockKey : undefined);
   }
 
   /**
@@ -216,10 +238,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   private async send<Row>(config: QueryConfig, transaction?: StoreTransaction): Promise<Row[]> {
     if (transaction) {
-      if (!(transaction instanceof PostgresStoreTransaction)) {
-        throw new Error('PostgresIdempotencyStore was given a transaction of another store');
-      }
-      const client = transaction.connection as PoolClient;
+      const client = ownTransaction(transaction).connection as PoolClient;
       return (await client.query(config)).rows as Row[];
     }
     const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [
@@ -240,4 +259,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       release(lost);
     }
   }
+}
+
+function ownTransaction(transaction: StoreTransaction): PostgresStoreTransaction {
+  if (!(transaction instanceof PostgresStoreTransaction)) {
+    throw new Error('PostgresIdempotencyStore was given a transaction of another store');
+  }
+  return transaction;
 }

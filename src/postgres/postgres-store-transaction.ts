@@ -11,6 +11,8 @@ export class PostgresStoreTransaction implements StoreTransaction {
   constructor(
     readonly runner: QueryRunner,
     private readonly ended: () => void,
+    /** The key of the scope's advisory lock the transaction holds (`scopeLockKey`), if it holds one. */
+    readonly heldLockKey?: string,
   ) {
     // pg reports a connection lost under a query as that query's error, and to the client as 'error'/'end'.
     this.connection?.on('error', this.markLost).on('end', this.markLost);

@@ -14,7 +14,8 @@ export interface RecordStatements {
 
 /**
  * Builds the statements on `tableName`; completing or releasing a record someone waits for notifies `channel`.
- * Parameters, in order: account, endpoint, key, then each statement's own.
+ * Parameters, in order: account, endpoint, key, then each statement's own (the claim's: fingerprint, attempt, lease,
+ * TTL, whether the claimer's transaction holds the scope's lock, and that lock's key).
  */
 export function recordStatements(tableName: string, channel: string): RecordStatements {
   const table = quoteTableName(tableName);
@@ -28,31 +29,37 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`,
     );
 
+  // An in-progress record of the same request is free once its lease has lapsed, or once the transaction of a holder
+  // that held the scope's advisory lock (lock_held) has ended: the claimer's own transaction holds that lock ($8,
+  // taken before this claim), or a probe takes it, for this statement only. The probe runs for lock_held records
+  // only: a holder without the lock (standard mode) would look dead to it.
+  const takeable = (row: string) =>
+    `${row}status = 'in_progress' AND ${row}fingerprint = $4
+     AND (${row}locked_until <= now() OR (${row}lock_held AND ($8::boolean OR pg_try_advisory_xact_lock($9::bigint))))`;
   // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
   // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
-  // takeover of an expired one or of a lapsed lease of the same request.
+  // takeover of an expired one or of a free one of the same request.
   const claim = prepared(`
     WITH current AS (
       SELECT fingerprint, status, response_status, response_headers, response_body,
              extract(epoch FROM expires_at - now())::float8 AS expires_in,
-             expires_at > now() AND NOT (status = 'in_progress' AND locked_until <= now() AND fingerprint = $4) AS holds
+             expires_at > now() AND NOT (${takeable('')}) AS holds
       FROM ${table}
       WHERE ${scope}
     ),
     claimed AS (
       INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
-                                 created_at, locked_until, expires_at)
+                                 created_at, locked_until, expires_at, lock_held)
       SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, 1, now(),
-             now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8)
+             now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8), $8
       WHERE NOT EXISTS (SELECT 1 FROM current WHERE holds)
       ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
         fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
         attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
         created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
         completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
-        awaited = r.awaited AND r.status = 'in_progress'
-      WHERE r.expires_at <= now()
-         OR (r.status = 'in_progress' AND r.locked_until <= now() AND r.fingerprint = EXCLUDED.fingerprint)
+        awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held
+      WHERE r.expires_at <= now() OR (${takeable('r.')})
       RETURNING attempts > 1 AS takeover
     )
     SELECT true AS claimed, takeover, NULL::text AS fingerprint, NULL::text AS status,

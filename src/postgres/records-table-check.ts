@@ -13,6 +13,7 @@ const EXPECTED_COLUMNS: Record<string, string> = {
   attempt: 'uuid',
   attempts: 'integer',
   awaited: 'boolean',
+  lock_held: 'boolean',
   response_status: 'smallint',
   response_headers: 'jsonb',
   response_body: 'bytea',

@@ -9,10 +9,7 @@ export class TransactionSlots {
 
   /** Rejects after `timeoutMs` without a slot; the acquirer then leaves the queue, so it never takes one later. */
   acquire(timeoutMs = Infinity): Promise<void> {
-    if (this.free > 0) {
-      this.free -= 1;
-      return Promise.resolve();
-    }
+    if (this.tryAcquire()) return Promise.resolve();
     return new Promise<void>((resolve, reject) => {
       const granted = () => {
         clearTimeout(timer);
@@ -26,6 +23,13 @@ export class TransactionSlots {
         : undefined;
       this.waiting.push(granted);
     });
+  }
+
+  /** Takes a slot if one is free now; false, taking none, otherwise. */
+  tryAcquire(): boolean {
+    if (this.free === 0) return false;
+    this.free -= 1;
+    return true;
   }
 
   release(): void {

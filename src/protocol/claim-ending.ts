@@ -58,6 +58,14 @@ export class ClaimEnding {
     await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
   }
 
+  /**
+   * Rolls back the transaction of an attempt that did not win its claim (it ran nothing), within
+   * `storeTimeoutSeconds`, past which its connection is cut; a failure leaves nothing to undo.
+   */
+  async discard(transaction: StoreTransaction, policy: IdempotencyPolicy): Promise<void> {
+    await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
+  }
+
   /** Stores or releases the finished attempt's outcome (committing or rolling back its transaction). */
   async end(
     run: IdempotencyRun,

@@ -24,7 +24,10 @@ export type ExistingRecord =
     };
 
 export type ClaimResult =
-  /** `takeover`: the claim took over an in-progress record whose lease had lapsed (its holder may have died). */
+  /**
+   * `takeover`: the claim took over an in-progress record whose lease had lapsed or whose holder transaction had ended
+   * (its holder may have died).
+   */
   { claimed: true; takeover: boolean } | { claimed: false; existing: ExistingRecord };
 
 export interface ClaimTiming {
@@ -57,9 +60,18 @@ export interface StoreTransaction {
 export interface IdempotencyStore {
   /**
    * Atomically claims the scope for `attempt`: inserts a new in-progress record, or takes over one that
-   * has expired or whose lease has lapsed (same fingerprint only). The claim is committed when this resolves.
+   * has expired or whose lease has lapsed (same fingerprint only), or, same fingerprint only, one claimed for a holder
+   * transaction (`beginHoldingTransaction`) that has ended without completing it. The claim is committed when this
+   * resolves, on its own: `holder` is the transaction the attempt will run in, opened before the claim, not the one
+   * the claim is written in.
    */
-  claim(scope: IdempotencyScope, fingerprint: string, attempt: string, timing: ClaimTiming): Promise<ClaimResult>;
+  claim(
+    scope: IdempotencyScope,
+    fingerprint: string,
+    attempt: string,
+    timing: ClaimTiming,
+    holder?: StoreTransaction,
+  ): Promise<ClaimResult>;
   /** Extends the lease of a claim still held; false when it is no longer held by this attempt. */
   renew(claim: IdempotencyClaim, timing: ClaimTiming): Promise<boolean>;
   /**
@@ -95,6 +107,15 @@ export interface IdempotencyStore {
    * (a store may keep connections free for claims); past it, rejects and takes none later.
    */
   beginTransaction(timeoutMs?: number): Promise<StoreTransaction>;
+  /**
+   * Opens, before the claim of `scope`, the transaction its attempt will run in, if the store allows one more at once;
+   * `undefined` when it does not (the attempt then claims without it, and opens its transaction after the claim).
+   * While it is open it holds `scope`, unless another open transaction already does. A claim made with it as `holder`
+   * while it holds `scope` can be taken over by the same request as soon as it ends (committed, rolled back, abandoned,
+   * its connection lost) with the record still in progress, without waiting for the lease: its attempt's process died,
+   * or nothing of its work can commit any more.
+   */
+  beginHoldingTransaction(scope: IdempotencyScope): Promise<StoreTransaction | undefined>;
   /**
    * Checks at start-up that the store can work (its table exists with the columns and key it needs); rejects with an
    * `IdempotencySetupError` that names the fix when it cannot, or with another error when it could not tell.

@@ -31,6 +31,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreTransaction,
 } from './idempotency-store.interface.js';
 import { ReplayCache } from './replay-cache.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
@@ -163,15 +164,21 @@ export class IdempotencyService {
       if (this.attempts.drainBegun) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
       const since = this.replays.now();
-      const result = await this.claim(claim, fingerprint, policy).catch((error: unknown) => {
+      const holder = await this.openHolder(scope, policy).catch((error: unknown) => {
         wait.stop();
+        throw error;
+      });
+      const result = await this.claim(claim, fingerprint, policy, holder).catch((error: unknown) => {
+        wait.stop();
+        if (holder) void this.claims.discard(holder, policy);
         throw error;
       });
       if (result.claimed) {
         wait.stop();
         const request = { fingerprint, since, terms };
-        return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy) };
+        return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy, holder) };
       }
+      if (holder) void this.claims.discard(holder, policy); // the answer does not wait for its rollback
       const { existing } = result;
       if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
       if (existing.fingerprint !== fingerprint) {
@@ -196,8 +203,9 @@ export class IdempotencyService {
     takeover: boolean,
     request: ClaimedRequest,
     policy: IdempotencyPolicy,
+    holder: StoreTransaction | undefined,
   ): Promise<IdempotencyRun> {
-    const run = await this.attempts.starts(() => this.startRun(claim, takeover, policy), request, policy);
+    const run = await this.attempts.starts(() => this.startRun(claim, takeover, policy, holder), request, policy);
     if (this.attempts.drainBegun) {
       await this.finish(run, { response: undefined, failed: true }, policy);
       throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
@@ -294,9 +302,14 @@ export class IdempotencyService {
     return this.purge.purge(batchSize);
   }
 
-  private claim(claim: IdempotencyClaim, fingerprint: string, policy: IdempotencyPolicy): Promise<ClaimResult> {
+  private claim(
+    claim: IdempotencyClaim,
+    fingerprint: string,
+    policy: IdempotencyPolicy,
+    holder: StoreTransaction | undefined,
+  ): Promise<ClaimResult> {
     const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
-    const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing);
+    const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing, holder);
     return withTimeout(claiming, policy, 'claim').catch((error: unknown) => {
       this.logger.error(`Claiming ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`);
       // A claim that lands after its request was refused would block the key for a lease: give it back.
@@ -305,28 +318,55 @@ export class IdempotencyService {
     });
   }
 
-  /** Opens the route's transaction if it has one, and keeps the lease alive while the handler runs. */
+  /**
+   * On a transactional route, the transaction its attempt will run in, opened before the claim and holding the
+   * scope, so that a retry takes over at once a claim whose holder died, rather than once its lease lapses.
+   * `undefined` in standard mode, and when the store allows no more transactions now: the claim then goes on without
+   * one (its answer never waits for a slot), and the transaction is opened after it, falling back to the lease.
+   */
+  private openHolder(scope: IdempotencyScope, policy: IdempotencyPolicy): Promise<StoreTransaction | undefined> {
+    if (!policy.transactional) return Promise.resolve(undefined);
+    return this.opened(this.store.beginHoldingTransaction(scope), scope, policy);
+  }
+
+  /** Opens the route's transaction if it has none yet, and keeps the lease alive while the handler runs. */
   private async startRun(
     claim: IdempotencyClaim,
     takeover: boolean,
     policy: IdempotencyPolicy,
+    holder: StoreTransaction | undefined,
   ): Promise<IdempotencyRun> {
-    let run = new IdempotencyRun(claim, takeover);
-    if (policy.transactional) {
+    let run = new IdempotencyRun(claim, takeover, holder);
+    if (policy.transactional && !holder) {
       const opening = this.store.beginTransaction(policy.storeTimeoutSeconds * 1000);
-      try {
-        run = new IdempotencyRun(claim, takeover, await withTimeout(opening, policy, 'beginning a transaction'));
-      } catch (error) {
-        opening.then((late) => late.rollback()).catch(() => undefined);
-        this.logger.error(
-          `Opening the transaction of ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`,
-        );
+      const transaction = await this.opened(opening, claim.scope, policy).catch(async (error: unknown) => {
         await this.claims.release(claim, policy);
-        throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      }
+        throw error;
+      });
+      run = new IdempotencyRun(claim, takeover, transaction);
     }
     this.leases.start(run, policy);
     return run;
+  }
+
+  /**
+   * A transaction being opened, within `storeTimeoutSeconds`; past it, or when it fails, the request is refused with
+   * 503 (and one that opens late is rolled back).
+   */
+  private async opened<T extends StoreTransaction | undefined>(
+    opening: Promise<T>,
+    scope: IdempotencyScope,
+    policy: IdempotencyPolicy,
+  ): Promise<T> {
+    try {
+      return await withTimeout(opening, policy, 'beginning a transaction');
+    } catch (error) {
+      opening.then((late) => late?.rollback()).catch(() => undefined);
+      this.logger.error(
+        `Opening the transaction of ${describeScope(scope)} failed; the request is refused with 503: ${error}`,
+      );
+      throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    }
   }
 }
 

@@ -41,8 +41,9 @@ describe('when the database is gone', () => {
     expect(response.headers['retry-after']).toBe('2');
     expect(response.body).toMatchObject({ statusCode: 503, error: 'idempotency_store_unavailable' });
     expect(provider.calls).toBe(1);
+    // The sample app is transactional: its transaction opens before the claim, and fails first.
     expect(sampleAppLogger.errors).toContain(
-      `ERROR [Idempotency] Claiming key "${key}" of POST /v1/charges failed; the request is refused with 503: ` +
+      `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /v1/charges failed; the request is refused with 503: ` +
         `error: database "${new URL(db.url).pathname.slice(1)}" does not exist`,
     );
   });

@@ -141,8 +141,8 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(2);
     });
 
-    it("transactional: the claim, then the handler's own transaction with the outcome in it, and one commit", async () => {
-      // claim; START TRANSACTION; the handler's INSERT; the outcome's UPDATE; COMMIT
+    it("transactional: the handler's own transaction with the key's lock, the claim, the outcome in the transaction, and one commit", async () => {
+      // START TRANSACTION with the key's advisory lock (one simple query); claim; the handler's INSERT; the outcome's UPDATE; COMMIT
       await expect(roundTripsOf(() => send('/rt/transactional', randomUUID()).expect(201))).resolves.toBe(5);
     });
   });

@@ -7,6 +7,7 @@ import {
   IdempotencyService,
   IdempotencyShuttingDownError,
   type IdempotencyScope,
+  type StoreTransaction,
 } from '../../src/index.js';
 import { PostgresIdempotencyStore, type PostgresStoreTransaction } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
@@ -14,10 +15,18 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { startTestContext } from '../support/test-app.js';
 
-/** The real store, whose next claim (once committed), or next transaction, waits at a gate before it answers. */
+/**
+ * The real store, whose next claim (once committed), or next transaction, waits at a gate before it answers. While
+ * a transaction gate is set, no transaction opens before a claim (as when every slot is taken): the attempt opens
+ * its transaction after its claim, at the gate.
+ */
 class GatedClaimStore extends PostgresIdempotencyStore {
   gate?: Gate;
   transactionGate?: Gate;
+
+  override async beginHoldingTransaction(scope: IdempotencyScope): Promise<PostgresStoreTransaction | undefined> {
+    return this.transactionGate ? undefined : super.beginHoldingTransaction(scope);
+  }
 
   override async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
     const gate = this.transactionGate;
@@ -31,8 +40,9 @@ class GatedClaimStore extends PostgresIdempotencyStore {
     fingerprint: string,
     attempt: string,
     timing: ClaimTiming,
+    holder?: StoreTransaction,
   ): Promise<ClaimResult> {
-    const result = await super.claim(scope, fingerprint, attempt, timing);
+    const result = await super.claim(scope, fingerprint, attempt, timing, holder);
     const gate = this.gate;
     this.gate = undefined;
     await gate?.pass();

@@ -6,6 +6,7 @@ import {
   IdempotencyMigrations,
   IdempotencyRecord,
   PostgresIdempotencyStore,
+  type PostgresStoreTransaction,
   idempotencyMigrations,
 } from '../../src/postgres/index.js';
 import { waitingForLock } from '../support/hold-lock.js';
@@ -221,6 +222,7 @@ describe('schema', () => {
       expect(applied.map((migration) => migration.name)).toEqual([
         'CreateIdempotencyRecordsBillingIdemKeys1764633600000',
         'IdempotencyRecordsV0_2_0BillingIdemKeys_1796256000000',
+        'IdempotencyRecordsV0_2_0LockHeldBillingIdemKeys_1796342400000',
       ]);
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();
@@ -381,6 +383,82 @@ describe('abandon', () => {
     }
   });
 });
+
+describe('holder transactions', () => {
+  async function lockHeldOf(scope: IdempotencyScope): Promise<boolean | undefined> {
+    const [row] = await db.query<{ lock_held: boolean }>(
+      'SELECT lock_held FROM idempotency_records WHERE account = $1 AND endpoint = $2 AND idempotency_key = $3',
+      [scope.account, scope.endpoint, scope.key],
+    );
+    return row?.lock_held;
+  }
+
+  /** Advisory locks held in the test's database, by any session. */
+  async function advisoryLocks(): Promise<number> {
+    const [{ n }] = await db.query<{ n: number }>(
+      `SELECT count(*)::int AS n FROM pg_locks l JOIN pg_database d ON d.oid = l.database
+       WHERE l.locktype = 'advisory' AND d.datname = current_database()`,
+    );
+    return n;
+  }
+
+  it('marks lock_held only on a claim whose transaction took the lock, and a probe holds it for its statement only', async () => {
+    const scope = newScope();
+    const holder = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    expect(holder.heldLockKey).toMatch(/^-?\d+$/);
+    await expect(store.claim(scope, 'fp', randomUUID(), timing, holder)).resolves.toEqual({
+      claimed: true,
+      takeover: false,
+    });
+    await expect(lockHeldOf(scope)).resolves.toBe(true);
+    await expect(advisoryLocks()).resolves.toBe(1);
+    // The holder is alive: the probe fails, and neither a claim nor a second transaction takes the scope.
+    await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual(inProgress('fp'));
+    const second = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    expect(second.heldLockKey).toBeUndefined();
+    await second.rollback();
+    await holder.rollback();
+    await expect(advisoryLocks()).resolves.toBe(0);
+    // Taken over by a claim without a transaction: its probe took the lock, and let it go with its statement.
+    await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual({ claimed: true, takeover: true });
+    await expect(lockHeldOf(scope)).resolves.toBe(false);
+    await expect(advisoryLocks()).resolves.toBe(0);
+  });
+
+  it('takes over at once the claim of a holder whose session ended (its process killed), before the lease', async () => {
+    const scope = newScope();
+    const holder = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    await store.claim(scope, 'fp', randomUUID(), timing, holder);
+    const [{ pid }] = await holder.manager.query<{ pid: number }[]>('SELECT pg_backend_pid() AS pid');
+    await db.query('SELECT pg_terminate_backend($1)', [pid]);
+    const started = Date.now();
+    const taken = await waitFor(async () => {
+      const result = await store.claim(scope, 'fp', randomUUID(), timing);
+      return result.claimed ? result : undefined;
+    }, 'the takeover');
+    expect(taken).toEqual({ claimed: true, takeover: true });
+    expect(Date.now() - started).toBeLessThan(5_000); // the lease is 60 s
+    await holder.rollback().catch(() => undefined);
+  });
+
+  it('never probes a claim made without the lock: standard-mode claims wait out their lease', async () => {
+    const scope = newScope();
+    await store.claim(scope, 'fp', randomUUID(), timing);
+    await expect(lockHeldOf(scope)).resolves.toBe(false);
+    const taker = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    try {
+      expect(taker.heldLockKey).toBeDefined(); // nobody holds the lock, yet the claim is live
+      await expect(store.claim(scope, 'fp', randomUUID(), timing, taker)).resolves.toEqual(inProgress('fp'));
+      await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual(inProgress('fp'));
+    } finally {
+      await taker.rollback();
+    }
+  });
+});
+
+function inProgress(fingerprint: string) {
+  return { claimed: false, existing: { status: 'in_progress', fingerprint } };
+}
 
 describe('waitForChange and markAwaited', () => {
   /** Records which scopes were notified on the store's channel, as a second listener sees them. */

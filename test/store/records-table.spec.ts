@@ -14,7 +14,7 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
-const [V0_1_0] = IdempotencyMigrations;
+const [V0_1_0, V0_2_0] = IdempotencyMigrations;
 const timing = { leaseSeconds: 30, ttlSeconds: 3600 };
 
 /** A fresh database per test: each one starts from a different schema. */
@@ -55,6 +55,7 @@ describe('the migration history', () => {
       expect(applied.map(({ name }) => name)).toEqual([
         'CreateIdempotencyRecords1764633600000',
         'IdempotencyRecordsV0_2_0_1796256000000',
+        'IdempotencyRecordsV0_2_0LockHeld_1796342400000',
       ]);
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
     });
@@ -76,10 +77,12 @@ describe('the migration history', () => {
     await withMigrated(IdempotencyMigrations, async (dataSource) => {
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
       await expect(
-        db.query('SELECT idempotency_key, attempts, awaited FROM idempotency_records ORDER BY idempotency_key'),
+        db.query(
+          'SELECT idempotency_key, attempts, awaited, lock_held FROM idempotency_records ORDER BY idempotency_key',
+        ),
       ).resolves.toEqual([
-        { idempotency_key: 'crashed', attempts: 1, awaited: false },
-        { idempotency_key: 'done', attempts: 1, awaited: false },
+        { idempotency_key: 'crashed', attempts: 1, awaited: false, lock_held: false },
+        { idempotency_key: 'done', attempts: 1, awaited: false, lock_held: false },
       ]);
       const store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');
       await expect(store.checkSchema()).resolves.toBeUndefined();
@@ -107,7 +110,7 @@ describe('the migration history', () => {
   it('accepts a table a development checkout created before the history began (the columns already there)', async () => {
     // Such a checkout ran a 0.1.0 migration of the same name that already created `attempts` and `awaited`.
     await withMigrated(IdempotencyMigrations, async (dataSource) => {
-      await db.query(`DELETE FROM migrations WHERE name LIKE 'IdempotencyRecordsV0_2_0%'`);
+      await db.query(`DELETE FROM migrations WHERE name = 'IdempotencyRecordsV0_2_0_1796256000000'`);
       const applied = await dataSource.runMigrations();
       expect(applied.map(({ name }) => name)).toEqual(['IdempotencyRecordsV0_2_0_1796256000000']);
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
@@ -116,12 +119,16 @@ describe('the migration history', () => {
 
   it('reverts in reverse order, down to nothing', async () => {
     await withMigrated(IdempotencyMigrations, async (dataSource) => {
-      await dataSource.undoLastMigration();
-      await expect(
+      const columnsNamed = (names: string[]) =>
         db.query(
-          `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'idempotency_records'::regclass AND attname IN ('attempts', 'awaited')`,
-        ),
-      ).resolves.toEqual([{ n: 0 }]);
+          `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'idempotency_records'::regclass AND attname = ANY ($1)`,
+          [names],
+        );
+      await dataSource.undoLastMigration();
+      await expect(columnsNamed(['lock_held'])).resolves.toEqual([{ n: 0 }]);
+      await expect(columnsNamed(['attempts', 'awaited'])).resolves.toEqual([{ n: 2 }]);
+      await dataSource.undoLastMigration();
+      await expect(columnsNamed(['attempts', 'awaited'])).resolves.toEqual([{ n: 0 }]);
       await dataSource.undoLastMigration();
       await expect(db.query(`SELECT to_regclass('idempotency_records') AS t`)).resolves.toEqual([{ t: null }]);
     });
@@ -180,8 +187,12 @@ describe('the check at start-up', () => {
 
   it("refuses the previous version's table, naming the missing columns", async () => {
     await expect(start([V0_1_0])).rejects.toThrow(
-      /"idempotency_records" lacks the column\(s\) attempts, awaited: it was created by an earlier version/,
+      /"idempotency_records" lacks the column\(s\) attempts, awaited, lock_held: it was created by an earlier version/,
     );
+  });
+
+  it('refuses a table migrated before lock_held was added, naming it', async () => {
+    await expect(start([V0_1_0, V0_2_0])).rejects.toThrow(/"idempotency_records" lacks the column\(s\) lock_held:/);
   });
 
   it('refuses a column of another type', async () => {

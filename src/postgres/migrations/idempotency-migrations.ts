@@ -3,6 +3,7 @@ import { DEFAULT_TABLE_NAME } from '../postgres-options.js';
 import { recordsTable } from './records-table.js';
 import { createRecordsMigration } from './v0.1.0-create-records.js';
 import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js';
+import { addLockHeldMigration } from './v0.2.0-lock-held.js';
 
 /**
  * The records table's migrations, in the order they apply, for applications that run TypeORM with
@@ -11,7 +12,7 @@ import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js
  */
 export function idempotencyMigrations(tableName: string = DEFAULT_TABLE_NAME): (new () => MigrationInterface)[] {
   const table = recordsTable(tableName);
-  return [createRecordsMigration(table), addAttemptsAndAwaitedMigration(table)];
+  return [createRecordsMigration(table), addAttemptsAndAwaitedMigration(table), addLockHeldMigration(table)];
 }
 
 /** The migrations of the default table, `idempotency_records`. */
