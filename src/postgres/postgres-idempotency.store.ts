@@ -163,7 +163,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
    * A transaction that tries the scope's advisory lock as it starts, in the same round trip: held until it ends, which
    * PostgreSQL makes happen at once when the session dies (its client killed, its connection cut).
    */
+  /**
+   * Behind a transaction pooler, none: a holder transaction keeps a server connection while its claim waits for
+   * another, and a pooler's server connections may be fewer than the application's (PgBouncer's pool of a few for
+   * pools of ten): concurrent holders would take them all, and their claims wait until they time out. There the claim
+   * comes first, and a dead holder's key is freed when its lease lapses.
+   */
   async beginHoldingTransaction(scope: IdempotencyScope): Promise<PostgresStoreTransaction | undefined> {
+    if (!this.namedStatements) return undefined;
     if (!this.transactionSlots.tryAcquire()) return undefined;
     return this.openTransaction(scopeLockKey(this.tableName, scope));
   }

@@ -36,6 +36,12 @@ export interface StoreContractOptions {
   runner?: ContractTestRunner;
   /** Passed to `it` as its timeout (Jest's and Vitest's third argument). Default: none (the runner's own). */
   timeoutMs?: number;
+  /**
+   * Whether the store opens holder transactions (`beginHoldingTransaction`), which free a dead holder's key at once.
+   * `false` for a store that never does (it resolves `undefined`, and its claims fall back to the lease): the kit
+   * checks that it does not, in place of the holder cases. Default: `true`.
+   */
+  holderTransactions?: boolean;
 }
 
 const LONG: ClaimTiming = { leaseSeconds: 60, ttlSeconds: 3600 };
@@ -377,88 +383,96 @@ export function describeIdempotencyStoreContract(
       });
     });
 
-    describe('holder transactions', () => {
-      // A transactional attempt opens its transaction before its claim, holding the scope: when that transaction ends
-      // with the claim still in progress (its process died, its connection was cut), nothing of its work can commit,
-      // and the retry need not wait out the lease.
-      for (const ending of ['commit', 'rollback', 'abandon'] as const) {
-        for (const taker of ['holding its own', 'without one'] as const) {
-          it(`lets the same request take over at once a claim whose holder transaction ended (${ending}), taker ${taker}`, async ({
-            store,
-          }) => {
-            const scope = newScope();
-            const holder = await store.beginHoldingTransaction(scope);
-            assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
-            const lost = { scope, attempt: randomUUID() };
-            assert.deepEqual(await store.claim(scope, 'fp', lost.attempt, LONG, holder), {
+    if (options.holderTransactions === false) {
+      it('opens no holder transaction: its claims fall back to the lease', async ({ store }) => {
+        assert.equal(await store.beginHoldingTransaction(newScope()), undefined);
+      });
+    }
+
+    if (options.holderTransactions !== false)
+      describe('holder transactions', () => {
+        // A transactional attempt opens its transaction before its claim, holding the scope: when that transaction ends
+        // with the claim still in progress (its process died, its connection was cut), nothing of its work can commit,
+        // and the retry need not wait out the lease.
+        for (const ending of ['commit', 'rollback', 'abandon'] as const) {
+          for (const taker of ['holding its own', 'without one'] as const) {
+            it(`lets the same request take over at once a claim whose holder transaction ended (${ending}), taker ${taker}`, async ({
+              store,
+            }) => {
+              const scope = newScope();
+              const holder = await store.beginHoldingTransaction(scope);
+              assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
+              const lost = { scope, attempt: randomUUID() };
+              assert.deepEqual(await store.claim(scope, 'fp', lost.attempt, LONG, holder), {
+                claimed: true,
+                takeover: false,
+              });
+              if (ending === 'abandon') {
+                holder.abandon();
+                await holder.rollback().catch(() => undefined);
+              } else await holder[ending]();
+              assert.deepEqual(await store.claim(scope, 'another request', randomUUID(), LONG), inProgress('fp'));
+              const taken = { scope, attempt: randomUUID() };
+              // An abandoned transaction's end may take the store a moment to see (a database notices the cut connection).
+              const result = await within(HOLDER_END_BOUND_MS, async () => {
+                const transaction =
+                  taker === 'holding its own' ? await store.beginHoldingTransaction(scope) : undefined;
+                const claim = await store.claim(scope, 'fp', taken.attempt, LONG, transaction);
+                await transaction?.rollback();
+                return claim.claimed ? claim : undefined;
+              });
+              assert.deepEqual(result, { claimed: true, takeover: true });
+              assert.equal(await store.release(lost), false);
+              assert.equal(await store.complete(taken, response, 60), true);
+            });
+          }
+        }
+
+        it('keeps a claim whose holder transaction is open until its lease lapses, as a claim made without one', async ({
+          store,
+        }) => {
+          const held = newScope();
+          const holder = await store.beginHoldingTransaction(held);
+          assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
+          try {
+            await store.claim(held, 'fp', randomUUID(), LONG, holder);
+            const unheld = newScope();
+            await claimed(store, unheld, 'fp', LONG);
+            for (const scope of [held, unheld]) {
+              assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+              // A second transaction does not hold a scope another open one holds, and frees nothing.
+              const second = await store.beginHoldingTransaction(scope);
+              try {
+                assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, second), inProgress('fp'));
+              } finally {
+                await second?.rollback();
+              }
+            }
+          } finally {
+            await holder.rollback();
+          }
+        });
+
+        it('does not free a claim made with a transaction that could not hold its scope when that transaction ends', async ({
+          store,
+        }) => {
+          const scope = newScope();
+          const first = await store.beginHoldingTransaction(scope);
+          const second = await store.beginHoldingTransaction(scope);
+          assert.ok(first && second, 'beginHoldingTransaction opened no transaction on an idle store');
+          try {
+            assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, second), {
               claimed: true,
               takeover: false,
             });
-            if (ending === 'abandon') {
-              holder.abandon();
-              await holder.rollback().catch(() => undefined);
-            } else await holder[ending]();
-            assert.deepEqual(await store.claim(scope, 'another request', randomUUID(), LONG), inProgress('fp'));
-            const taken = { scope, attempt: randomUUID() };
-            // An abandoned transaction's end may take the store a moment to see (a database notices the cut connection).
-            const result = await within(HOLDER_END_BOUND_MS, async () => {
-              const transaction = taker === 'holding its own' ? await store.beginHoldingTransaction(scope) : undefined;
-              const claim = await store.claim(scope, 'fp', taken.attempt, LONG, transaction);
-              await transaction?.rollback();
-              return claim.claimed ? claim : undefined;
-            });
-            assert.deepEqual(result, { claimed: true, takeover: true });
-            assert.equal(await store.release(lost), false);
-            assert.equal(await store.complete(taken, response, 60), true);
-          });
-        }
-      }
-
-      it('keeps a claim whose holder transaction is open until its lease lapses, as a claim made without one', async ({
-        store,
-      }) => {
-        const held = newScope();
-        const holder = await store.beginHoldingTransaction(held);
-        assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
-        try {
-          await store.claim(held, 'fp', randomUUID(), LONG, holder);
-          const unheld = newScope();
-          await claimed(store, unheld, 'fp', LONG);
-          for (const scope of [held, unheld]) {
-            assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
-            // A second transaction does not hold a scope another open one holds, and frees nothing.
-            const second = await store.beginHoldingTransaction(scope);
-            try {
-              assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, second), inProgress('fp'));
-            } finally {
-              await second?.rollback();
-            }
+            assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, first), inProgress('fp'));
+          } finally {
+            await first.rollback();
+            await second.rollback();
           }
-        } finally {
-          await holder.rollback();
-        }
+          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+        });
       });
-
-      it('does not free a claim made with a transaction that could not hold its scope when that transaction ends', async ({
-        store,
-      }) => {
-        const scope = newScope();
-        const first = await store.beginHoldingTransaction(scope);
-        const second = await store.beginHoldingTransaction(scope);
-        assert.ok(first && second, 'beginHoldingTransaction opened no transaction on an idle store');
-        try {
-          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, second), {
-            claimed: true,
-            takeover: false,
-          });
-          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, first), inProgress('fp'));
-        } finally {
-          await first.rollback();
-          await second.rollback();
-        }
-        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
-      });
-    });
 
     describe('waiting for an outcome', () => {
       for (const end of ['completed', 'released'] as const) {

@@ -12,6 +12,8 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database.
 // server connection for its whole length.
 
 const LONG = { leaseSeconds: 60, ttlSeconds: 3600 };
+/** Behind a pooler the store opens no holder transactions (`beginHoldingTransaction`'s comment says why). */
+const POOLED_STORES = { holderTransactions: false };
 const response = { status: 201, headers: { 'content-type': 'application/json' }, body: Buffer.from('{}') };
 
 let db: TestDatabase | undefined;
@@ -50,20 +52,28 @@ function newScope() {
 }
 
 describeThroughPgBouncer('PostgresIdempotencyStore through PgBouncer in transaction mode', () => {
-  describeIdempotencyStoreContract('transactionPooler: true, waits polling the record', async () => {
-    const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records', {
-      transactionPooler: true,
-    });
-    return { store, cleanup: () => store.close() };
-  });
+  describeIdempotencyStoreContract(
+    'transactionPooler: true, waits polling the record',
+    async () => {
+      const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records', {
+        transactionPooler: true,
+      });
+      return { store, cleanup: () => store.close() };
+    },
+    POOLED_STORES,
+  );
 
-  describeIdempotencyStoreContract('transactionPooler: true, waits on a listenConnection to PostgreSQL', async () => {
-    const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records', {
-      transactionPooler: true,
-      listenConnection: (db as TestDatabase).url,
-    });
-    return { store, cleanup: () => store.close() };
-  });
+  describeIdempotencyStoreContract(
+    'transactionPooler: true, waits on a listenConnection to PostgreSQL',
+    async () => {
+      const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records', {
+        transactionPooler: true,
+        listenConnection: (db as TestDatabase).url,
+      });
+      return { store, cleanup: () => store.close() };
+    },
+    POOLED_STORES,
+  );
 
   describe('without transactionPooler', () => {
     it('fails concurrent claims on named prepared statements, and the error names transactionPooler: true', async () => {
