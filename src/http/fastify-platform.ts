@@ -46,12 +46,34 @@ const BODY_TOO_LARGE = 'FST_ERR_CTP_BODY_TOO_LARGE';
 /** The instances whose refused bodies are read already (one hook each, whatever starts twice). */
 const readingRefusedBodies = new WeakSet<object>();
 
-/** Resolves once the request's body has been read to its end (and thrown away), or its connection has gone. */
+/**
+ * How much of a refused body is read, and for how long, before the 413 goes out anyway (and Fastify closes the
+ * connection with the rest unread): any client may send the key header, and Fastify sets no request timeout by
+ * default, so an unbounded read would let one hold a request open, or make the server take in any amount.
+ */
+const DISCARDED_BODY_MAX_BYTES = 16 * 1024 * 1024;
+const DISCARDED_BODY_MAX_MS = 5_000;
+
+/**
+ * Resolves once the request's body has been read to its end (and thrown away), or its connection has gone, or the
+ * bounds above are reached (at once for a body that declares a larger length).
+ */
 function bodyDiscarded(raw: IncomingMessage): Promise<void> {
-  if (raw.complete || raw.destroyed) return Promise.resolve();
+  const declared = Number(raw.headers['content-length'] ?? 0);
+  if (raw.complete || raw.destroyed || declared > DISCARDED_BODY_MAX_BYTES) return Promise.resolve();
   return new Promise((resolve) => {
-    raw.once('end', resolve);
-    raw.once('close', resolve);
+    let read = 0;
+    const done = () => {
+      clearTimeout(timer);
+      raw.off('data', counted).off('end', done).off('close', done);
+      resolve();
+    };
+    const counted = (chunk: Buffer) => {
+      read += chunk.length;
+      if (read > DISCARDED_BODY_MAX_BYTES) done();
+    };
+    const timer = setTimeout(done, DISCARDED_BODY_MAX_MS);
+    raw.on('data', counted).once('end', done).once('close', done);
     raw.resume();
   });
 }

@@ -73,6 +73,31 @@ async function sendInTwoParts(url: string, path: string, headers: Record<string,
   return { answeredEarly, writeError: writeError ?? undefined, answer: Buffer.concat(received).toString('latin1') };
 }
 
+/**
+ * Sends a request head declaring `declaredLength` bytes and only `sentLength` of them, then waits (at most 15 s) for
+ * the answer without sending more: what a client that stalls, or declares a huge body, is answered.
+ */
+async function sendPartOnly(url: string, path: string, declaredLength: number, sentLength: number) {
+  const { hostname, port } = new URL(url);
+  const socket = connect({ host: hostname, port: Number(port) });
+  await once(socket, 'connect');
+  try {
+    const head = [
+      `POST ${path} HTTP/1.1`,
+      `Host: ${hostname}:${port}`,
+      'Content-Type: application/json',
+      `Content-Length: ${declaredLength}`,
+      `Idempotency-Key: ${randomUUID()}`,
+    ].join('\r\n');
+    socket.write(`${head}\r\n\r\n`);
+    socket.write(Buffer.alloc(sentLength, 'x'));
+    const answer = await Promise.race([once(socket, 'data').then(([chunk]) => String(chunk)), delay(15_000, '')]);
+    return answer;
+  } finally {
+    socket.destroy();
+  }
+}
+
 /** POSTs `size` bytes with Node's http client in one write, and resolves with the status it read (or its error). */
 function postWithNodeHttp(url: string, size: number, key: string): Promise<number | string> {
   return new Promise((resolve) => {
@@ -153,5 +178,34 @@ describe.each(PLATFORMS)('on %s, a body over the limit', (platform: Platform) =>
       db.query('SELECT 1 FROM idempotency_records WHERE endpoint = $1', ['POST /oversized/idempotent']),
     ).resolves.toHaveLength(0);
     expect(controller.runs).toBe(0);
+  });
+});
+
+// The read of a refused body is bounded (src/http/fastify-platform.ts): any client may send the key header.
+describe('on fastify, the read of a body over the limit', () => {
+  let started: TestApp;
+
+  beforeAll(async () => {
+    started = await startTestApp({
+      platform: 'fastify',
+      database: db,
+      idempotency: { singleTenant: true },
+      controllers: [OversizedController],
+      fastify: { bodyLimit: BODY_LIMIT },
+    });
+  });
+
+  afterAll(async () => {
+    await started?.close();
+  });
+
+  it('does not begin for a body that declares more than 16 MiB: the 413 goes out at once', async () => {
+    const answer = await sendPartOnly(started.url, '/oversized/idempotent', 64 * 1024 * 1024, 1024);
+    expect(answer).toMatch(/^HTTP\/1\.1 413 /);
+  });
+
+  it('stops waiting for a client that stalls: the 413 goes out after at most 5 s', async () => {
+    const answer = await sendPartOnly(started.url, '/oversized/idempotent', 3 * BODY_LIMIT, BODY_LIMIT / 2);
+    expect(answer).toMatch(/^HTTP\/1\.1 413 /);
   });
 });
