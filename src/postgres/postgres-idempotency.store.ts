@@ -199,12 +199,25 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     await checkRecordsTable(this.dataSource, this.tableName);
     if (this.namedStatements) {
       const pool = (this.dataSource.driver as PostgresDriver).master as { options: ClientConfig };
-      const backend = await sharedBackend(this.clientClass(), pool.options);
+      const backend = await this.poolerCheck(pool.options, 'its data source');
       if (backend !== undefined) throw dataSourceBehindPoolerError(backend);
     }
     if (this.listenConnection) {
-      const backend = await sharedBackend(this.clientClass(), this.listenConnection);
+      const backend = await this.poolerCheck(this.listenConnection, 'listenConnection');
       if (backend !== undefined) throw listenConnectionBehindPoolerError(backend);
+    }
+  }
+
+  /** `sharedBackend`, its failure (a connection limit reached, a timeout) said as what it is: a check not made. */
+  private async poolerCheck(config: ClientConfig, what: string): Promise<number | undefined> {
+    try {
+      return await sharedBackend(this.clientClass(), config);
+    } catch (error) {
+      throw new Error(
+        `the records table is in order, but whether a transaction pooler stands in front of ${what} could not be ` +
+          `checked: ${error instanceof Error ? error.message : String(error)}`,
+        { cause: error },
+      );
     }
   }
 

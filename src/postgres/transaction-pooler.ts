@@ -6,6 +6,8 @@ export type ClientClass = new (config: ClientConfig) => Client;
 
 /** How many times the two sessions of `sharedBackend` each ask for their backend. */
 const PROBE_ROUNDS = 3;
+/** How long the check waits for a session, and for each statement, at most. */
+const PROBE_TIMEOUT_MS = 5_000;
 
 /**
  * The backend two sessions opened at once with `config` both ran a statement on, if they did: on PostgreSQL itself
@@ -15,7 +17,10 @@ const PROBE_ROUNDS = 3;
  * server connection does not, and is named later, by the first statement it breaks (`namedStatementFailure`).
  */
 export async function sharedBackend(Client: ClientClass, config: ClientConfig): Promise<number | undefined> {
-  const sessions = [new Client(config), new Client(config)];
+  // Bounded, so that a server that takes the sessions and never answers (a session pooler out of server connections)
+  // cannot hold the start: past it, the check is skipped with a warning (see `PostgresIdempotencyStore.checkSchema`).
+  const bounded = { connectionTimeoutMillis: PROBE_TIMEOUT_MS, query_timeout: PROBE_TIMEOUT_MS, ...config };
+  const sessions = [new Client(bounded), new Client(bounded)];
   // A session cut while it is idle reports 'error' to the client; without a listener, the process would crash.
   for (const session of sessions) session.on('error', () => undefined);
   try {

@@ -59,7 +59,7 @@ export class IdempotencyLifecycle implements OnModuleInit, BeforeApplicationShut
     } catch (error) {
       if (error instanceof IdempotencySetupError) throw error;
       this.logger.warn(
-        `Could not check the idempotency table at start-up: ${error instanceof Error ? error.message : error}`,
+        `Could not check the idempotency store at start-up: ${error instanceof Error ? error.message : error}`,
       );
     }
   }

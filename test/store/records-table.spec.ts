@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { type AddressInfo, createServer, type Socket } from 'node:net';
 import type { DynamicModule } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
@@ -290,7 +291,7 @@ describe('the check at start-up', () => {
     try {
       await moduleRef.init();
       expect(logger.warnings).toEqual([
-        expect.stringMatching(/^WARN \[Idempotency\] Could not check the idempotency table at start-up: /),
+        expect.stringMatching(/^WARN \[Idempotency\] Could not check the idempotency store at start-up: /),
       ]);
       proxy.bringUp();
       const store = moduleRef.get<PostgresIdempotencyStore>(IDEMPOTENCY_STORE, { strict: false });
@@ -300,4 +301,44 @@ describe('the check at start-up', () => {
       await proxy.close();
     }
   });
+
+  // From the review of #19: the pooler check's sessions had no timeout, and a server that takes them and never answers
+  // (a session pooler out of server connections) held the start.
+  it('starts, with a warning, when the transaction pooler check gets no answer within its bound', async () => {
+    const logger = new RecordingLogger();
+    const sockets: Socket[] = [];
+    const silent = createServer((socket) => sockets.push(socket.on('error', () => undefined)));
+    await new Promise<void>((resolve) => silent.listen(0, '127.0.0.1', resolve));
+    const { port } = silent.address() as AddressInfo;
+    const moduleRef = await Test.createTestingModule({
+      imports: [
+        TypeOrmModule.forRoot({
+          type: 'postgres',
+          url: db.url,
+          migrations: IdempotencyMigrations,
+          migrationsRun: true,
+        }),
+        IdempotencyModule.forRoot({
+          store: IdempotencyPostgresModule.forRoot({
+            listenConnection: `postgres://postgres@127.0.0.1:${port}/postgres`,
+          }),
+          singleTenant: true,
+        }),
+      ],
+    })
+      .setLogger(logger)
+      .compile();
+    try {
+      await moduleRef.init();
+      expect(logger.warnings).toEqual([
+        expect.stringMatching(
+          /^WARN \[Idempotency\] Could not check the idempotency store at start-up: the records table is in order, but whether a transaction pooler stands in front of listenConnection could not be checked: /,
+        ),
+      ]);
+    } finally {
+      await moduleRef.close();
+      for (const socket of sockets) socket.destroy();
+      await new Promise((resolve) => silent.close(resolve));
+    }
+  }, 20_000);
 });
