@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { ClientConfig, PoolClient, QueryConfig } from 'pg';
-import type { DataSource } from 'typeorm';
+import type { DataSource, QueryRunner } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
   ClaimResult,
@@ -12,8 +12,9 @@ import type {
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
 import { ChangeListener, dataSourceSession, ownSession } from './change-listener.js';
-import { scopeLockKey, startTransactionLocking } from './holder-locks.js';
+import { type HolderOpening, scopeLockKey, startTransactionLocking } from './holder-locks.js';
 import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
+import { quoteTableName } from './postgres-identifiers.js';
 import { PostgresStoreTransaction } from './postgres-store-transaction.js';
 import { clientConfig } from './postgres-options.js';
 import { heldRecordStatement, RecordPolling } from './record-polling.js';
@@ -54,6 +55,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   /** Named prepared statements, unless a transaction pooler would hand them to other clients. */
   private readonly namedStatements: boolean;
   private readonly listenConnection?: ClientConfig;
+  /** Whether transactional attempts open their transaction before their claim, holding the scope's lock. */
+  private holderTransactions: boolean;
+  /** The records table's OID, from which scope lock keys are derived; fetched once, at first use. */
+  private tableOid?: Promise<string>;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -65,8 +70,21 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     // Each transactional run holds a pooled connection for as long as its handler runs, and so does the LISTEN
     // connection while it is open. Leaving two free keeps claims, finalizes and lease renewals flowing, and
     // stops transactions from starving each other of the connections their handlers need.
-    const { extra, poolSize } = dataSource.options as { extra?: { max?: number }; poolSize?: number };
-    this.transactionSlots = new TransactionSlots(Math.max(1, (extra?.max ?? poolSize ?? 10) - 2));
+    const { extra, poolSize, isolationLevel } = dataSource.options as {
+      extra?: { max?: number };
+      poolSize?: number;
+      isolationLevel?: string;
+    };
+    const poolMax = extra?.max ?? poolSize ?? 10;
+    this.transactionSlots = new TransactionSlots(Math.max(1, poolMax - 2));
+    // A holder transaction takes its connection before its claim does: it needs a pool that still has one for the
+    // claim once a slot and the LISTEN connection are taken (a pool of 1 or 2 would leave every claim waiting until
+    // it times out). Behind a transaction pooler, none either (see beginHoldingTransaction). And none under an
+    // isolation above read committed, whose snapshot would be taken before the claim commits (holder-locks.ts).
+    this.holderTransactions =
+      options.transactionPooler !== true &&
+      poolMax - 2 >= 1 &&
+      (isolationLevel === undefined || /^READ (UN)?COMMITTED$/i.test(isolationLevel));
     this.statements = recordStatements(tableName, channel);
     this.namedStatements = options.transactionPooler !== true;
     if (options.listenConnection !== undefined) {
@@ -92,8 +110,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     timing: ClaimTiming,
     holder?: StoreTransaction,
   ): Promise<ClaimResult> {
-    const lockKey = scopeLockKey(this.tableName, scope);
-    const holdsLock = holder !== undefined && ownTransaction(holder).heldLockKey === lockKey && !holder.connectionLost;
+    const lockKey = await this.lockKey(scope);
+    const heldLock = holder === undefined ? undefined : ownTransaction(holder).heldLock;
+    const lockedBy = heldLock?.key === lockKey && !holder?.connectionLost ? heldLock.lockedBy : null;
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
       const rows = await this.query<ClaimRow>(this.statements.claim, [
         scope.account,
@@ -103,7 +122,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         attempt,
         timing.leaseSeconds,
         timing.ttlSeconds,
-        holdsLock,
+        lockedBy,
         lockKey,
       ]);
       const [row] = rows;
@@ -156,39 +175,82 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async beginTransaction(timeoutMs?: number): Promise<PostgresStoreTransaction> {
     await this.transactionSlots.acquire(timeoutMs);
-    return this.openTransaction();
+    const runner = await this.openTransaction(async (started) => started.startTransaction());
+    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release());
   }
 
   /**
    * A transaction that tries the scope's advisory lock as it starts, in the same round trip: held until it ends, which
    * PostgreSQL makes happen at once when the session dies (its client killed, its connection cut).
-   */
-  /**
+   *
    * Behind a transaction pooler, none: a holder transaction keeps a server connection while its claim waits for
    * another, and a pooler's server connections may be fewer than the application's (PgBouncer's pool of a few for
    * pools of ten): concurrent holders would take them all, and their claims wait until they time out. There the claim
-   * comes first, and a dead holder's key is freed when its lease lapses.
+   * comes first, and a dead holder's key is freed when its lease lapses. None either when the pool is too small to
+   * leave the claim a connection, or under an isolation above read committed: the first such transaction met (the
+   * database's or role's `default_transaction_isolation`) is rolled back, and no holder is opened again.
    */
   async beginHoldingTransaction(scope: IdempotencyScope): Promise<PostgresStoreTransaction | undefined> {
-    if (!this.namedStatements) return undefined;
+    if (!this.holderTransactions) return undefined;
     if (!this.transactionSlots.tryAcquire()) return undefined;
-    return this.openTransaction(scopeLockKey(this.tableName, scope));
-  }
-
-  /** Starts a transaction in a slot already taken (given back if it cannot start), trying `lockKey` if given. */
-  private async openTransaction(lockKey?: string): Promise<PostgresStoreTransaction> {
-    const runner = this.dataSource.createQueryRunner();
-    let locked = false;
+    let lockKey: string;
     try {
-      await runner.connect();
-      if (lockKey === undefined) await runner.startTransaction();
-      else locked = await startTransactionLocking(runner, lockKey);
+      lockKey = await this.lockKey(scope);
     } catch (error) {
-      await runner.release();
       this.transactionSlots.release();
       throw error;
     }
-    return new PostgresStoreTransaction(runner, () => this.transactionSlots.release(), locked ? lockKey : undefined);
+    let opening: HolderOpening = { readCommitted: false };
+    const runner = await this.openTransaction(async (started) => {
+      opening = await startTransactionLocking(started, lockKey);
+    });
+    const { lockedBy } = opening;
+    const transaction = new PostgresStoreTransaction(
+      runner,
+      () => this.transactionSlots.release(),
+      lockedBy === undefined ? undefined : { key: lockKey, lockedBy },
+    );
+    if (opening.readCommitted) return transaction;
+    this.holderTransactions = false;
+    await transaction.rollback();
+    return undefined;
+  }
+
+  /**
+   * Connects a runner and starts its transaction, in a slot already taken. If either fails, the slot is given back
+   * and so is the connection, destroyed rather than pooled: it may be inside a transaction, aborted or not, that
+   * holds a scope's lock, and the next borrower would run in it.
+   */
+  private async openTransaction(start: (runner: QueryRunner) => Promise<void>): Promise<QueryRunner> {
+    const runner = this.dataSource.createQueryRunner();
+    try {
+      await runner.connect();
+      await start(runner);
+      return runner;
+    } catch (error) {
+      // TypeORM's `release()` gives a connection back as it is; with an error, the pool destroys it.
+      await (runner as unknown as DiscardableRunner).releasePostgresConnection(
+        error instanceof Error ? error : new Error(String(error)),
+      );
+      this.transactionSlots.release();
+      throw error;
+    }
+  }
+
+  /** The key of the scope's advisory lock, from the records table's OID (fetched at first use, again if that failed). */
+  private async lockKey(scope: IdempotencyScope): Promise<string> {
+    this.tableOid ??= this.dataSource
+      .query<{ oid: string | null }[]>('SELECT to_regclass($1)::oid::text AS oid', [quoteTableName(this.tableName)])
+      .then(([{ oid }]) => {
+        if (oid === null) throw new Error(`The idempotency table ${this.tableName} does not exist`);
+        return oid;
+      });
+    try {
+      return scopeLockKey(await this.tableOid, scope);
+    } catch (error) {
+      this.tableOid = undefined;
+      throw error;
+    }
   }
 
   /**
@@ -279,6 +341,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       release(lost);
     }
   }
+}
+
+/** TypeORM's PostgresQueryRunner, whose release with an error (private, as of TypeORM 1.1) discards the connection. */
+interface DiscardableRunner {
+  releasePostgresConnection(error: Error): Promise<void>;
 }
 
 function ownTransaction(transaction: StoreTransaction): PostgresStoreTransaction {

@@ -2,6 +2,11 @@ import type { PoolClient } from 'pg';
 import type { EntityManager, QueryRunner } from 'typeorm';
 import type { StoreTransaction } from '../protocol/idempotency-store.interface.js';
 
+export interface HeldScopeLock {
+  key: string;
+  lockedBy: string;
+}
+
 /** A transaction on a connection of the store's own: the handler's writes go through its `manager`. */
 export class PostgresStoreTransaction implements StoreTransaction {
   private done = false;
@@ -11,8 +16,11 @@ export class PostgresStoreTransaction implements StoreTransaction {
   constructor(
     readonly runner: QueryRunner,
     private readonly ended: () => void,
-    /** The key of the scope's advisory lock the transaction holds (`scopeLockKey`), if it holds one. */
-    readonly heldLockKey?: string,
+    /**
+     * The scope's advisory lock the transaction took as it started, if it took one: its key (`scopeLockKey`) and the
+     * transaction's virtual id, by which a claim checks that the lock is still this transaction's.
+     */
+    readonly heldLock?: HeldScopeLock,
   ) {
     // pg reports a connection lost under a query as that query's error, and to the client as 'error'/'end'.
     this.connection?.on('error', this.markLost).on('end', this.markLost);

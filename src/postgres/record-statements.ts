@@ -15,7 +15,7 @@ export interface RecordStatements {
 /**
  * Builds the statements on `tableName`; completing or releasing a record someone waits for notifies `channel`.
  * Parameters, in order: account, endpoint, key, then each statement's own (the claim's: fingerprint, attempt, lease,
- * TTL, whether the claimer's transaction holds the scope's lock, and that lock's key).
+ * TTL, the virtual transaction id of the claimer's transaction if it took the scope's lock, and that lock's key).
  */
 export function recordStatements(tableName: string, channel: string): RecordStatements {
   const table = quoteTableName(tableName);
@@ -29,13 +29,22 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       `SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited`,
     );
 
+  // The claimer's own transaction holds the scope's advisory lock: checked in pg_locks when the statement runs, by the
+  // virtual transaction id the lock was taken in ($8), never by a flag decided before the claim reached the server.
+  // A claim can wait (for a pooled connection, on a row lock) past its timeout, when its holder has been rolled back
+  // and a retry's holder has the lock: a flag would then still say "held", and take the live retry over. The id is
+  // that of one transaction, so neither a later transaction on the same connection nor a lost session passes.
+  const heldByClaimer = `($8::text IS NOT NULL AND EXISTS (
+      SELECT 1 FROM pg_locks
+      WHERE locktype = 'advisory' AND granted AND virtualtransaction = $8::text AND objsubid = 1
+        AND classid = (($9::bigint >> 32) & 4294967295)::oid AND objid = ($9::bigint & 4294967295)::oid))`;
   // An in-progress record of the same request is free once its lease has lapsed, or once the transaction of a holder
-  // that held the scope's advisory lock (lock_held) has ended: the claimer's own transaction holds that lock ($8,
-  // taken before this claim), or a probe takes it, for this statement only. The probe runs for lock_held records
-  // only: a holder without the lock (standard mode) would look dead to it.
+  // that held the scope's advisory lock (lock_held) has ended: the claimer's own transaction holds that lock (taken
+  // before this claim), or a probe takes it, for this statement only. The probe runs for lock_held records only: a
+  // holder without the lock (standard mode) would look dead to it.
   const takeable = (row: string) =>
     `${row}status = 'in_progress' AND ${row}fingerprint = $4
-     AND (${row}locked_until <= now() OR (${row}lock_held AND ($8::boolean OR pg_try_advisory_xact_lock($9::bigint))))`;
+     AND (${row}locked_until <= now() OR (${row}lock_held AND (${heldByClaimer} OR pg_try_advisory_xact_lock($9::bigint))))`;
   // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
   // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
   // takeover of an expired one or of a free one of the same request.
@@ -51,7 +60,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
                                  created_at, locked_until, expires_at, lock_held)
       SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, 1, now(),
-             now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8), $8
+             now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8), ${heldByClaimer}
       WHERE NOT EXISTS (SELECT 1 FROM current WHERE holds)
       ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
         fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
@@ -80,11 +89,14 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   );
   // The clock at completion, not now(): in a transactional run, now() is when the handler's transaction began,
   // and a TTL counted from there would be shortened by the run (or over before the outcome is even stored).
+  // lock_held is cleared: a completed record holds nobody's lock, and a claim of an older build, which does not write
+  // the flag, reusing it once expired must not leave a live claim marked as freed by a lock nobody holds.
   const complete = prepared(
     notifying(`
     UPDATE ${table}
     SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
-        completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8)
+        completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8),
+        lock_held = false
     FROM (SELECT clock_timestamp() AS at) AS completion
     WHERE ${held}
     RETURNING awaited`),

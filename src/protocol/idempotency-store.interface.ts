@@ -63,7 +63,8 @@ export interface IdempotencyStore {
    * has expired or whose lease has lapsed (same fingerprint only), or, same fingerprint only, one claimed for a holder
    * transaction (`beginHoldingTransaction`) that has ended without completing it. The claim is committed when this
    * resolves, on its own: `holder` is the transaction the attempt will run in, opened before the claim, not the one
-   * the claim is written in.
+   * the claim is written in. Whether `holder` holds `scope` is decided when the claim is made, not when it was asked
+   * for: a claim that reaches the store after its holder ended (it waited past its timeout) holds nothing.
    */
   claim(
     scope: IdempotencyScope,

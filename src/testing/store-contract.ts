@@ -428,6 +428,31 @@ export function describeIdempotencyStoreContract(
           }
         }
 
+        // A claim can reach the store after its request was refused (it waited past its timeout for a connection) and
+        // its holder rolled back: by then a retry's transaction may hold the scope, and its claim is live.
+        it("never lets a claim whose holder transaction has ended take over the live claim of the scope's holder now", async ({
+          store,
+        }) => {
+          const scope = newScope();
+          const ended = await store.beginHoldingTransaction(scope);
+          assert.ok(ended, 'beginHoldingTransaction opened no transaction on an idle store');
+          await ended.rollback();
+          const current = await store.beginHoldingTransaction(scope);
+          assert.ok(current, 'beginHoldingTransaction opened no transaction on an idle store');
+          try {
+            const live = { scope, attempt: randomUUID() };
+            assert.deepEqual(await store.claim(scope, 'fp', live.attempt, LONG, current), {
+              claimed: true,
+              takeover: false,
+            });
+            assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, ended), inProgress('fp'));
+            assert.equal(await store.complete(live, response, 60, current), true);
+            await current.commit();
+          } finally {
+            await current.rollback();
+          }
+        });
+
         it('keeps a claim whose holder transaction is open until its lease lapses, as a claim made without one', async ({
           store,
         }) => {

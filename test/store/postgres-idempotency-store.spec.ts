@@ -1,6 +1,7 @@
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
+import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { type IdempotencyScope, type StoredResponse } from '../../src/index.js';
 import {
   IdempotencyMigrations,
@@ -405,7 +406,7 @@ describe('holder transactions', () => {
   it('marks lock_held only on a claim whose transaction took the lock, and a probe holds it for its statement only', async () => {
     const scope = newScope();
     const holder = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
-    expect(holder.heldLockKey).toMatch(/^-?\d+$/);
+    expect(holder.heldLock?.key).toMatch(/^-?\d+$/);
     await expect(store.claim(scope, 'fp', randomUUID(), timing, holder)).resolves.toEqual({
       claimed: true,
       takeover: false,
@@ -415,7 +416,7 @@ describe('holder transactions', () => {
     // The holder is alive: the probe fails, and neither a claim nor a second transaction takes the scope.
     await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual(inProgress('fp'));
     const second = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
-    expect(second.heldLockKey).toBeUndefined();
+    expect(second.heldLock).toBeUndefined();
     await second.rollback();
     await holder.rollback();
     await expect(advisoryLocks()).resolves.toBe(0);
@@ -441,13 +442,73 @@ describe('holder transactions', () => {
     await holder.rollback().catch(() => undefined);
   });
 
+  it("never lets a claim that reaches the server after its holder ended take over the retry's live claim", async () => {
+    const scope = newScope();
+    const late = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    expect(late.heldLock).toBeDefined();
+    // The late claim waits for a pooled connection (the pool busy) past its timeout: its request is refused, and its
+    // holder rolled back meanwhile, which frees the lock for the retry's holder.
+    const driver = dataSource.driver as PostgresDriver;
+    const obtain = driver.obtainMasterConnection.bind(driver);
+    let connectionGiven!: () => void;
+    const poolBusy = new Promise<void>((resolve) => (connectionGiven = resolve));
+    let waitingForConnection!: () => void;
+    const waiting = new Promise<void>((resolve) => (waitingForConnection = resolve));
+    driver.obtainMasterConnection = async () => {
+      delete (driver as Partial<PostgresDriver>).obtainMasterConnection; // the next ones are the prototype's
+      waitingForConnection();
+      await poolBusy;
+      return obtain();
+    };
+    const lateClaim = store.claim(scope, 'fp', randomUUID(), timing, late);
+    await waiting;
+    await late.rollback();
+    const retry = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    try {
+      expect(retry.heldLock).toBeDefined();
+      const retryAttempt = randomUUID();
+      await expect(store.claim(scope, 'fp', retryAttempt, timing, retry)).resolves.toEqual({
+        claimed: true,
+        takeover: false,
+      });
+      connectionGiven();
+      await expect(lateClaim).resolves.toEqual(inProgress('fp'));
+      await expect(recordOf(scope)).resolves.toMatchObject({ attempt: retryAttempt });
+      await expect(store.complete({ scope, attempt: retryAttempt }, response, 3600, retry)).resolves.toBe(true);
+      await retry.commit();
+    } finally {
+      await retry.rollback();
+    }
+    await expect(lockHeldOf(scope)).resolves.toBe(false); // completed: nobody's lock
+  });
+
+  it("locks one table alike under every spelling of its name: a holder never takes over the other spelling's", async () => {
+    const scope = newScope();
+    const qualified = new PostgresIdempotencyStore(dataSource, 'public.idempotency_records');
+    const holder = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    try {
+      await store.claim(scope, 'fp', randomUUID(), timing, holder);
+      const other = (await qualified.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+      try {
+        expect(other.heldLock).toBeUndefined();
+        await expect(qualified.claim(scope, 'fp', randomUUID(), timing, other)).resolves.toEqual(inProgress('fp'));
+        await expect(qualified.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual(inProgress('fp'));
+      } finally {
+        await other.rollback();
+      }
+    } finally {
+      await holder.rollback();
+      await qualified.close();
+    }
+  });
+
   it('never probes a claim made without the lock: standard-mode claims wait out their lease', async () => {
     const scope = newScope();
     await store.claim(scope, 'fp', randomUUID(), timing);
     await expect(lockHeldOf(scope)).resolves.toBe(false);
     const taker = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
     try {
-      expect(taker.heldLockKey).toBeDefined(); // nobody holds the lock, yet the claim is live
+      expect(taker.heldLock).toBeDefined(); // nobody holds the lock, yet the claim is live
       await expect(store.claim(scope, 'fp', randomUUID(), timing, taker)).resolves.toEqual(inProgress('fp'));
       await expect(store.claim(scope, 'fp', randomUUID(), timing)).resolves.toEqual(inProgress('fp'));
     } finally {
