@@ -15,7 +15,7 @@ import { ChangeListener, dataSourceSession, ownSession } from './change-listener
 import { type HolderOpening, scopeLockKey, startTransactionLocking } from './holder-locks.js';
 import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
 import { quoteTableName } from './postgres-identifiers.js';
-import { PostgresStoreTransaction } from './postgres-store-transaction.js';
+import { discardConnection, PostgresStoreTransaction } from './postgres-store-transaction.js';
 import { clientConfig } from './postgres-options.js';
 import { heldRecordStatement, RecordPolling } from './record-polling.js';
 import {
@@ -229,9 +229,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       return runner;
     } catch (error) {
       // TypeORM's `release()` gives a connection back as it is; with an error, the pool destroys it.
-      await (runner as unknown as DiscardableRunner).releasePostgresConnection(
-        error instanceof Error ? error : new Error(String(error)),
-      );
+      await discardConnection(runner, error);
       this.transactionSlots.release();
       throw error;
     }
@@ -341,11 +339,6 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       release(lost);
     }
   }
-}
-
-/** TypeORM's PostgresQueryRunner, whose release with an error (private, as of TypeORM 1.1) discards the connection. */
-interface DiscardableRunner {
-  releasePostgresConnection(error: Error): Promise<void>;
 }
 
 function ownTransaction(transaction: StoreTransaction): PostgresStoreTransaction {

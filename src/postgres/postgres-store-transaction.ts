@@ -35,19 +35,24 @@ export class PostgresStoreTransaction implements StoreTransaction {
   }
 
   async commit(): Promise<void> {
-    try {
-      await this.runner.commitTransaction();
-    } finally {
-      await this.end();
-    }
+    await this.ending(() => this.runner.commitTransaction());
   }
 
   async rollback(): Promise<void> {
-    try {
+    await this.ending(async () => {
       if (this.runner.isTransactionActive) await this.runner.rollbackTransaction();
-    } finally {
-      await this.end();
+    });
+  }
+
+  /** Runs the commit or the rollback, then ends: discarding the connection if it failed. */
+  private async ending(end: () => Promise<void>): Promise<void> {
+    try {
+      await end();
+    } catch (error) {
+      await this.end(error);
+      throw error;
     }
+    await this.end();
   }
 
   abandon(): void {
@@ -63,14 +68,29 @@ export class PostgresStoreTransaction implements StoreTransaction {
    * Gives the connection and the transaction slot back, once. Tracked here, not by `runner.isReleased`: TypeORM
    * releases a runner whose connection died on its own, and the slot must still be freed then.
    */
-  private async end(): Promise<void> {
+  private async end(failure?: unknown): Promise<void> {
     if (this.done) return;
     this.done = true;
     this.connection?.off('error', this.markLost).off('end', this.markLost);
     try {
-      if (!this.runner.isReleased) await this.runner.release();
+      if (this.runner.isReleased) return;
+      // A commit or rollback that failed (a transaction subscriber threw before it was sent, say) leaves the connection
+      // inside its transaction, with its writes and its scope's lock: pooled, the next borrower would run in it.
+      if (failure !== undefined || this.runner.isTransactionActive) await discardConnection(this.runner, failure);
+      else await this.runner.release();
     } finally {
       this.ended();
     }
   }
+}
+
+/** TypeORM's PostgresQueryRunner, whose release with an error (private, as of TypeORM 1.1) discards the connection. */
+interface DiscardableRunner {
+  releasePostgresConnection(error: Error): Promise<void>;
+}
+
+/** Releases the runner's connection to be destroyed by the pool rather than lent again, whatever state it is in. */
+export async function discardConnection(runner: QueryRunner, reason: unknown): Promise<void> {
+  const error = reason instanceof Error ? reason : new Error(`connection discarded: ${String(reason)}`);
+  await (runner as unknown as DiscardableRunner).releasePostgresConnection(error);
 }

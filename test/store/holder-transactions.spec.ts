@@ -181,6 +181,43 @@ describe('a holder whose start fails', () => {
   });
 });
 
+// From a second review of #19: a commit or rollback that a transaction subscriber fails is never sent, and the
+// connection went back to the pool inside its transaction, with the outcome's row lock and the scope's lock.
+describe('a holder whose commit or rollback fails', () => {
+  /** Fails the end of transactions, before TypeORM sends COMMIT or ROLLBACK, while `failing` is set. */
+  @EventSubscriber()
+  class FailingTransactionEnd implements EntitySubscriberInterface {
+    static failing = false;
+
+    beforeTransactionCommit(): void {
+      if (FailingTransactionEnd.failing) throw new Error('a subscriber refused the commit');
+    }
+
+    beforeTransactionRollback(): void {
+      if (FailingTransactionEnd.failing) throw new Error('a subscriber refused the rollback');
+    }
+  }
+
+  it.each(['commit', 'rollback'] as const)(
+    'gives no connection back to the pool inside its transaction (%s), and the retry runs',
+    async (ending) => {
+      await onDataSource({ subscribers: [FailingTransactionEnd], extra: { max: 4 } }, async ({ store, service }) => {
+        const key = randomUUID();
+        const holder = (await store.beginHoldingTransaction(scopeOf(key))) as PostgresStoreTransaction;
+        expect(holder.heldLock).toBeDefined();
+        FailingTransactionEnd.failing = true;
+        try {
+          await expect(holder[ending]()).rejects.toThrow(`a subscriber refused the ${ending}`);
+        } finally {
+          FailingTransactionEnd.failing = false;
+        }
+        await expect(leftovers()).resolves.toEqual({ locks: 0, idleInTransaction: 0 });
+        await expectChargedOnce(service, key, 'read committed');
+      });
+    },
+  );
+});
+
 describe('small pools', () => {
   // With inFlight: 'wait', the LISTEN connection is open too: a pool of 2 then has one left, which a holder would take.
   it.each([
