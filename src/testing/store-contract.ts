@@ -8,6 +8,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
 
 /** A store for one case of the contract, made fresh by the factory given to `describeIdempotencyStoreContract`. */
@@ -53,6 +54,13 @@ const MARGIN_SECONDS = 0.05;
 const WAKE_BOUND_MS = 5_000;
 /** How long a case waits at most for the store to see that a holder transaction ended, far below `LONG`'s lease. */
 const HOLDER_END_BOUND_MS = 5_000;
+
+/** A holder transaction of `scope`, which a store that opens them gives on an idle store. */
+async function openHolder(store: IdempotencyStore, scope: IdempotencyScope): Promise<StoreTransaction> {
+  const holder = await store.beginHoldingTransaction(scope);
+  assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
+  return holder;
+}
 
 const response: StoredResponse = {
   status: 201,
@@ -400,8 +408,7 @@ export function describeIdempotencyStoreContract(
               store,
             }) => {
               const scope = newScope();
-              const holder = await store.beginHoldingTransaction(scope);
-              assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
+              const holder = await openHolder(store, scope);
               const lost = { scope, attempt: randomUUID() };
               assert.deepEqual(await store.claim(scope, 'fp', lost.attempt, LONG, holder), {
                 claimed: true,
@@ -434,11 +441,9 @@ export function describeIdempotencyStoreContract(
           store,
         }) => {
           const scope = newScope();
-          const ended = await store.beginHoldingTransaction(scope);
-          assert.ok(ended, 'beginHoldingTransaction opened no transaction on an idle store');
+          const ended = await openHolder(store, scope);
           await ended.rollback();
-          const current = await store.beginHoldingTransaction(scope);
-          assert.ok(current, 'beginHoldingTransaction opened no transaction on an idle store');
+          const current = await openHolder(store, scope);
           try {
             const live = { scope, attempt: randomUUID() };
             assert.deepEqual(await store.claim(scope, 'fp', live.attempt, LONG, current), {
@@ -457,8 +462,7 @@ export function describeIdempotencyStoreContract(
           store,
         }) => {
           const held = newScope();
-          const holder = await store.beginHoldingTransaction(held);
-          assert.ok(holder, 'beginHoldingTransaction opened no transaction on an idle store');
+          const holder = await openHolder(store, held);
           try {
             await store.claim(held, 'fp', randomUUID(), LONG, holder);
             const unheld = newScope();
@@ -482,9 +486,9 @@ export function describeIdempotencyStoreContract(
           store,
         }) => {
           const scope = newScope();
-          const first = await store.beginHoldingTransaction(scope);
-          const second = await store.beginHoldingTransaction(scope);
-          assert.ok(first && second, 'beginHoldingTransaction opened no transaction on an idle store');
+          const first = await openHolder(store, scope);
+          // The second opens (an idle store has slots) without holding the scope, which the first holds.
+          const second = await openHolder(store, scope);
           try {
             assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG, second), {
               claimed: true,
