@@ -40,7 +40,7 @@ export class AppModule implements NestModule {
           migrations: SAMPLE_MIGRATIONS,
           synchronize: false,
           // Fail fast when the database is down, so requests get a 503 instead of hanging.
-          extra: { max: 20, connectionTimeoutMillis: 3000 },
+          extra: { max: config.databasePoolSize, connectionTimeoutMillis: 3000 },
         }),
         IdempotencyModule.forRoot({
           store: IdempotencyPostgresModule.forRoot(),

@@ -2,6 +2,8 @@
 export interface SampleConfig {
   /** postgres:// URL; `npm start` starts an embedded PostgreSQL when DATABASE_URL is unset. */
   databaseUrl: string;
+  /** The most connections the app's TypeORM pool opens (the payment provider's ledger has 4 of its own). */
+  databasePoolSize: number;
   port: number;
   ttlSeconds: number;
   leaseSeconds: number;
@@ -25,6 +27,7 @@ export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');
 export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string): SampleConfig {
   return {
     databaseUrl,
+    databasePoolSize: integer(env, 'DATABASE_POOL_SIZE', 20, 1),
     port: integer(env, 'PORT', 3000, 0),
     ttlSeconds: integer(env, 'IDEMPOTENCY_TTL_SECONDS', 24 * 60 * 60, 1),
     leaseSeconds: integer(env, 'IDEMPOTENCY_LEASE_SECONDS', 60, 1),

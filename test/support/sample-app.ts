@@ -31,6 +31,7 @@ export async function startSampleApp(
   const app = await createSampleApp(
     {
       port: 0,
+      databasePoolSize: 20,
       ttlSeconds: 86_400,
       leaseSeconds: 60,
       providerDelayMs: 0,
