@@ -44,7 +44,8 @@ export function benchDatabase() {
       migrationsRun: true,
       // Connections stay open while the app idles between its configurations (pg-pool closes idle ones after
       // 10 s by default), as they do in a service under steady load: reconnecting is not a per-request cost.
-      extra: { max: 20, idleTimeoutMillis: 0 },
+      // BENCH_POOL_SIZE: the bench gives every app the same pool, 20 where the server has the connections.
+      extra: { max: Number(process.env.BENCH_POOL_SIZE ?? 20), idleTimeoutMillis: 0 },
     }),
   });
 }

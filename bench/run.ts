@@ -393,6 +393,27 @@ function printTable(results: BenchResult[]): void {
   console.log([line(header), widths.map((w) => '-'.repeat(w)).join('  '), ...rows.map(line)].join('\n'));
 }
 
+/** The connections each app's pool may open. */
+const POOL_SIZE = 20;
+
+/**
+ * Each app's pool: POOL_SIZE, or what the server can give each of the apps that reach it directly when that is less
+ * (its max_connections, less the connections open now and 10 for PgBouncer's and the bench's own). The full bench
+ * runs five such apps, and PostgreSQL's default of 100 connections cannot give each 20: the last to fill its pool
+ * was refused connections, answered 503, and measured that.
+ */
+async function appPoolSize(db: TestDatabase, directApps: number): Promise<string> {
+  const [{ max, used }] = await db.query<{ max: number; used: number }>(
+    "SELECT current_setting('max_connections')::int AS max, (SELECT count(*) FROM pg_stat_activity)::int AS used",
+  );
+  const fitting = Math.floor((max - used - 10) / Math.max(1, directApps));
+  if (fitting >= POOL_SIZE) return String(POOL_SIZE);
+  if (fitting < 4)
+    throw new Error(`The server has ${max - used} free connections of ${max}: too few for ${directApps} bench apps`);
+  console.log(`Each app's pool has ${fitting} connections, not ${POOL_SIZE}: the server allows ${max} in all`);
+  return String(fitting);
+}
+
 async function main(): Promise<void> {
   let embedded: EmbeddedDatabase | undefined;
   if (!process.env.DATABASE_URL) {
@@ -428,16 +449,22 @@ async function main(): Promise<void> {
       console.log(`Skipping the rows ${PGBOUNCER}: ${pgbouncerSkipped}`);
     }
   }
+  const poolSize = await appPoolSize(databases.empty, [...targets].filter((target) => target !== 'pgbouncer').length);
   // Only the apps that the measured configurations need (BENCH_PLATFORMS=fastify needs the Fastify one alone).
   const env: Record<Config['target'], () => Record<string, string>> = {
-    empty: () => ({ DATABASE_URL: databases.empty.url }),
-    uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
-    large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
-    fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
-    pgbouncer: () => ({ DATABASE_URL: throughPgBouncer(databases.empty.url), BENCH_TRANSACTION_POOLER: 'on' }),
+    empty: () => ({ DATABASE_URL: databases.empty.url, BENCH_POOL_SIZE: poolSize }),
+    uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_POOL_SIZE: poolSize, BENCH_REPLAY_CACHE: 'off' }),
+    large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url, BENCH_POOL_SIZE: poolSize }),
+    fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_POOL_SIZE: poolSize, BENCH_PLATFORM: 'fastify' }),
+    pgbouncer: () => ({
+      DATABASE_URL: throughPgBouncer(databases.empty.url),
+      BENCH_POOL_SIZE: poolSize,
+      BENCH_TRANSACTION_POOLER: 'on',
+    }),
     // This run's keys under a prefix of their own in Redis.
     peer: () => ({
       DATABASE_URL: databases.empty.url,
+      BENCH_POOL_SIZE: poolSize,
       BENCH_REDIS_URL: REDIS_URL.href,
       BENCH_PEER_PREFIX: `nest-idempotency-bench-${randomUUID()}`,
     }),

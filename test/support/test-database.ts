@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto';
+import { basename } from 'node:path';
 import pg from 'pg';
 import { madeBeforeAll } from './made-before-all.js';
 
@@ -12,7 +13,7 @@ export interface TestDatabase {
 export async function createTestDatabase(): Promise<TestDatabase> {
   const serverUrl = process.env.DATABASE_URL;
   if (!serverUrl) throw new Error('DATABASE_URL is not set: run the tests through jest, whose global setup sets it');
-  const name = `idempotency_test_${randomBytes(6).toString('hex')}`;
+  const name = `idempotency_test_${testFileTag()}${randomBytes(6).toString('hex')}`;
   await withClient(serverUrl, (client) => client.query(`CREATE DATABASE ${name}`));
   const url = new URL(serverUrl);
   url.pathname = `/${name}`;
@@ -28,6 +29,19 @@ export async function createTestDatabase(): Promise<TestDatabase> {
       await withClient(serverUrl, (client) => client.query(`DROP DATABASE ${name} WITH (FORCE)`));
     },
   };
+}
+
+/**
+ * The running test file's name as a database name's part (`concurrency_e2e_`), so that the server's sessions and a
+ * database left behind say which file they belong to; empty outside Jest (the bench).
+ */
+function testFileTag(): string {
+  const testPath = (globalThis as { expect?: { getState(): { testPath?: string } } }).expect?.getState().testPath;
+  if (!testPath) return '';
+  return `${basename(testPath, '.spec.ts')
+    .replace(/[^a-z0-9]+/gi, '_')
+    .toLowerCase()
+    .slice(0, 30)}_`;
 }
 
 /**
