@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Logger } from '@nestjs/common';
 import type { ClientConfig, PoolClient, QueryConfig } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
@@ -212,6 +213,13 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     );
     if (opening.readCommitted) return transaction;
     this.holderTransactions = false;
+    // Said once, when holders stop: crash recovery falls back to the lease from here on, which an operator should know.
+    new Logger('Idempotency').warn(
+      "Transactional attempts open no holder transaction from now on: this database's or role's " +
+        'default_transaction_isolation is above read committed, where a holder would not see its own claim. A key ' +
+        "whose attempt crashed is freed when its lease lapses, not at once; set the data source's isolationLevel: " +
+        "'READ COMMITTED' to keep holders (docs/transactional-mode.md).",
+    );
     await transaction.rollback();
     return undefined;
   }

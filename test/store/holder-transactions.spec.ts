@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { ConsoleLogger, Logger } from '@nestjs/common';
 import {
   DataSource,
   type DataSourceOptions,
@@ -13,6 +14,7 @@ import {
   PostgresIdempotencyStore,
   type PostgresStoreTransaction,
 } from '../../src/postgres/index.js';
+import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /**
@@ -120,12 +122,23 @@ describe('under a database whose default isolation is repeatable read', () => {
     await db.query(`ALTER DATABASE ${databaseName} RESET default_transaction_isolation`);
   });
 
-  it('completes transactional operations (no holder: its snapshot would miss the claim), charged once', async () => {
-    await onDataSource({}, async ({ store, service }) => {
-      await expectChargedOnce(service, randomUUID(), 'repeatable read');
-      // The first holder met such an isolation; none is opened again.
-      await expect(store.beginHoldingTransaction(scopeOf(randomUUID()))).resolves.toBeUndefined();
-    });
+  it('completes transactional operations (no holder: its snapshot would miss the claim), charged once, and says so once', async () => {
+    const logger = new RecordingLogger();
+    Logger.overrideLogger(logger);
+    try {
+      await onDataSource({}, async ({ store, service }) => {
+        await expectChargedOnce(service, randomUUID(), 'repeatable read');
+        // The first holder met such an isolation; none is opened again.
+        await expect(store.beginHoldingTransaction(scopeOf(randomUUID()))).resolves.toBeUndefined();
+      });
+    } finally {
+      Logger.overrideLogger(new ConsoleLogger());
+    }
+    expect(logger.warnings).toEqual([
+      expect.stringMatching(
+        /^WARN \[Idempotency\] Transactional attempts open no holder transaction from now on: .*default_transaction_isolation is above read committed.* isolationLevel: 'READ COMMITTED'/,
+      ),
+    ]);
   });
 
   it("completes them under the data source's isolationLevel REPEATABLE READ, opening no holder", async () => {
