@@ -17,8 +17,8 @@ export function scopeLockKey(tableOid: string, scope: IdempotencyScope): string 
 /** What a holder transaction found as it started. */
 export interface HolderOpening {
   /**
-   * Its virtual transaction id (`pg_locks.virtualtransaction`) if it took the scope's lock: a claim checks in
-   * `pg_locks` that this very transaction still holds the lock, never a flag set before the claim reached the server.
+   * Its virtual transaction id and backend pid (`LOCKED_BY`) if it took the scope's lock: a claim checks in `pg_locks`
+   * that this very transaction still holds the lock, never a flag set before the claim reached the server.
    */
   lockedBy?: string;
   /**
@@ -72,6 +72,13 @@ interface LockingRow {
   locked_by: string | null;
 }
 
+/**
+ * Who holds a lock, as a row of `pg_locks` says: its virtual transaction id and its backend's pid. The id alone is a
+ * backend's slot and a counter, both restarted with the server, so a transaction after a restart could carry the id
+ * of one lost in it; with the pid it names one transaction.
+ */
+export const LOCKED_BY = `virtualtransaction || '@' || pid`;
+
 /** PostgreSQL runs read uncommitted as read committed. */
 const READ_COMMITTED = `current_setting('transaction_isolation') IN ('read committed', 'read uncommitted')`;
 
@@ -79,6 +86,6 @@ function lockingSelect(lockKey: string): string {
   const literal = `'${BigInt(lockKey)}'::bigint`; // a number, quoted: the smallest bigint has no unquoted literal
   return `SELECT ${READ_COMMITTED} AS read_committed,
     CASE WHEN ${READ_COMMITTED} AND pg_try_advisory_xact_lock(${literal})
-      THEN (SELECT virtualtransaction FROM pg_locks WHERE locktype = 'virtualxid' AND pid = pg_backend_pid())
+      THEN (SELECT ${LOCKED_BY} FROM pg_locks WHERE locktype = 'virtualxid' AND pid = pg_backend_pid())
     END AS locked_by`;
 }

@@ -18,7 +18,7 @@ export class PostgresStoreTransaction implements StoreTransaction {
     private readonly ended: () => void,
     /**
      * The scope's advisory lock the transaction took as it started, if it took one: its key (`scopeLockKey`) and the
-     * transaction's virtual id, by which a claim checks that the lock is still this transaction's.
+     * transaction's virtual id with its backend's pid, by which a claim checks that the lock is still this transaction's.
      */
     readonly heldLock?: HeldScopeLock,
   ) {

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import type { ExistingRecord } from '../protocol/idempotency-store.interface.js';
+import { LOCKED_BY } from './holder-locks.js';
 import { quoteTableName } from './postgres-identifiers.js';
 
 /** The store's statements on one table, each one round trip. */
@@ -15,7 +16,7 @@ export interface RecordStatements {
 /**
  * Builds the statements on `tableName`; completing or releasing a record someone waits for notifies `channel`.
  * Parameters, in order: account, endpoint, key, then each statement's own (the claim's: fingerprint, attempt, lease,
- * TTL, the virtual transaction id of the claimer's transaction if it took the scope's lock, and that lock's key).
+ * TTL, who holds the scope's lock (`LOCKED_BY`) if the claimer's transaction took it, and that lock's key).
  */
 export function recordStatements(tableName: string, channel: string): RecordStatements {
   const table = quoteTableName(tableName);
@@ -30,13 +31,13 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     );
 
   // The claimer's own transaction holds the scope's advisory lock: checked in pg_locks when the statement runs, by the
-  // virtual transaction id the lock was taken in ($8), never by a flag decided before the claim reached the server.
-  // A claim can wait (for a pooled connection, on a row lock) past its timeout, when its holder has been rolled back
+  // virtual transaction id and backend the lock was taken in ($8), never by a flag decided before the claim reached
+  // the server. A claim can wait (for a pooled connection, on a row lock) past its timeout, when its holder has been rolled back
   // and a retry's holder has the lock: a flag would then still say "held", and take the live retry over. The id is
   // that of one transaction, so neither a later transaction on the same connection nor a lost session passes.
   const heldByClaimer = `($8::text IS NOT NULL AND EXISTS (
       SELECT 1 FROM pg_locks
-      WHERE locktype = 'advisory' AND granted AND virtualtransaction = $8::text AND objsubid = 1
+      WHERE locktype = 'advisory' AND granted AND ${LOCKED_BY} = $8::text AND objsubid = 1
         AND classid = (($9::bigint >> 32) & 4294967295)::oid AND objid = ($9::bigint & 4294967295)::oid))`;
   // An in-progress record of the same request is free once its lease has lapsed, or once the transaction of a holder
   // that held the scope's advisory lock (lock_held) has ended: the claimer's own transaction holds that lock (taken

@@ -482,6 +482,33 @@ describe('holder transactions', () => {
     await expect(lockHeldOf(scope)).resolves.toBe(false); // completed: nobody's lock
   });
 
+  it("checks a claim's holder by its transaction's id and its backend: the same id on another backend does not pass", async () => {
+    // Virtual transaction ids are a backend's slot and a counter, both restarted with the server: after a restart, a
+    // retry's holder can hold the scope's lock under the id a holder lost in the restart had. Its backend's pid differs.
+    const scope = newScope();
+    const retry = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+    try {
+      const { key, lockedBy } = retry.heldLock as NonNullable<PostgresStoreTransaction['heldLock']>;
+      const [{ pid }] = await retry.manager.query<{ pid: number }[]>('SELECT pg_backend_pid() AS pid');
+      const sameIdOtherBackend = lockedBy.replace(String(pid), String(pid + 1));
+      expect(sameIdOtherBackend).not.toBe(lockedBy);
+      const lost = Object.assign(
+        Object.create(Object.getPrototypeOf(retry) as object) as PostgresStoreTransaction,
+        retry,
+        {
+          heldLock: { key, lockedBy: sameIdOtherBackend },
+        },
+      );
+      await expect(store.claim(scope, 'fp', randomUUID(), timing, lost)).resolves.toEqual({
+        claimed: true,
+        takeover: false,
+      });
+      await expect(lockHeldOf(scope)).resolves.toBe(false); // its lease frees it, not the lock of another's transaction
+    } finally {
+      await retry.rollback();
+    }
+  });
+
   it("locks one table alike under every spelling of its name: a holder never takes over the other spelling's", async () => {
     const scope = newScope();
     const qualified = new PostgresIdempotencyStore(dataSource, 'public.idempotency_records');
