@@ -253,6 +253,8 @@ interface Measure {
   max: number;
   errors: number;
   statuses: Record<string, number>;
+  /** The server's checkpoints that ended during the measured seconds (each of all rounds, summed in a result). */
+  checkpoints: number;
 }
 
 export interface BenchResult extends Measure {
@@ -266,7 +268,13 @@ export interface BenchResult extends Measure {
   ratioToExpress: number | null;
 }
 
-async function measure(app: RunningApp, config: Config, round: number, seconds = SECONDS): Promise<Measure> {
+async function measure(
+  app: RunningApp,
+  config: Config,
+  round: number,
+  checkpoints: () => Promise<number>,
+  seconds = SECONDS,
+): Promise<Measure> {
   const oneKey = `contention-${round}-${randomUUID()}`;
   let sent = 0;
   const keyFor: Record<Keys, () => string | undefined> = {
@@ -275,6 +283,7 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
     completed: () => `replay-${replayPrefix(config)}-${sent++ % REPLAY_KEYS}`,
     one: () => oneKey,
   };
+  const checkpointsBefore = await checkpoints();
   const result = await autocannon({
     url: `${app.url}${config.path}`,
     method: 'POST',
@@ -303,6 +312,7 @@ async function measure(app: RunningApp, config: Config, round: number, seconds =
     max: result.latency.max,
     errors: result.errors + result.timeouts,
     statuses,
+    checkpoints: (await checkpoints()) - checkpointsBefore,
   };
 }
 
@@ -340,6 +350,22 @@ async function seedLargeTable(db: TestDatabase): Promise<void> {
   await db.query('CHECKPOINT');
 }
 
+/**
+ * The checkpoints the server has completed (timed or requested, by anyone: another database's `DROP DATABASE`
+ * requests one), from `pg_stat_checkpointer` (PostgreSQL 17 and later) or `pg_stat_bgwriter`. After each, the first
+ * change of an index leaf writes the whole page to the WAL, which costs the million-record table's claims far more
+ * than the empty table's (docs/performance.md): each row counts those that ended while it was measured.
+ */
+async function checkpointCounter(db: TestDatabase): Promise<() => Promise<number>> {
+  const [{ checkpointer }] = await db.query<{ checkpointer: boolean }>(
+    "SELECT to_regclass('pg_catalog.pg_stat_checkpointer') IS NOT NULL AS checkpointer",
+  );
+  const sql = checkpointer
+    ? 'SELECT num_timed + num_requested AS n FROM pg_stat_checkpointer'
+    : 'SELECT checkpoints_timed + checkpoints_req AS n FROM pg_stat_bgwriter';
+  return async () => Number((await db.query<{ n: string }>(sql))[0].n);
+}
+
 function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'ratio' | 'ratioToExpress'> {
   const mean = (pick: (m: Measure) => number) => measures.reduce((sum, m) => sum + pick(m), 0) / measures.length;
   const statuses: Record<string, number> = {};
@@ -356,6 +382,7 @@ function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'rati
     max: Math.max(...measures.map((m) => m.max)),
     errors: measures.reduce((sum, m) => sum + m.errors, 0),
     statuses,
+    checkpoints: measures.reduce((sum, m) => sum + m.checkpoints, 0),
   };
 }
 
@@ -369,6 +396,7 @@ function printTable(results: BenchResult[]): void {
     r.p99.toFixed(1),
     r.max.toFixed(0),
     String(r.errors),
+    String(r.checkpoints),
     Object.entries(r.statuses)
       .filter(([status]) => !status.startsWith('2'))
       .map(([status, count]) => `${status}: ${count}`)
@@ -383,6 +411,7 @@ function printTable(results: BenchResult[]): void {
     'p99 ms',
     'max ms',
     'errors',
+    'checkpoints',
     'non-2xx',
   ];
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
@@ -469,6 +498,7 @@ async function main(): Promise<void> {
       BENCH_PEER_PREFIX: `nest-idempotency-bench-${randomUUID()}`,
     }),
   };
+  const checkpoints = await checkpointCounter(databases.empty);
   const apps: Partial<Record<Config['target'], RunningApp>> = {};
   try {
     for (const target of targets) {
@@ -492,7 +522,7 @@ async function main(): Promise<void> {
     const fullLoad = configs.find((c) => c.keys === 'new' && c.connections === 64) as Config;
     for (const [target, app] of Object.entries(apps)) {
       const own = configs.find((c) => c.target === target && c.keys === 'new' && c.connections === 64);
-      await measure(app, own ?? fullLoad, 0, Math.max(SECONDS, 8));
+      await measure(app, own ?? fullLoad, 0, checkpoints, Math.max(SECONDS, 8));
     }
     const measures = new Map<Config, Measure[]>(configs.map((config) => [config, []]));
     for (let round = 1; round <= ROUNDS; round += 1) {
@@ -502,8 +532,8 @@ async function main(): Promise<void> {
         // have pushed this one's pages out of PostgreSQL's shared buffers, which a service under steady load
         // keeps (the million-record table and its indexes are larger than the default 128 MB).
         const app = apps[config.target] as RunningApp;
-        await measure(app, config, round, 1);
-        measures.get(config)?.push(await measure(app, config, round));
+        await measure(app, config, round, checkpoints, 1);
+        measures.get(config)?.push(await measure(app, config, round, checkpoints));
       }
     }
     const aggregated = configs.map((config) => aggregate(config, measures.get(config) ?? []));

@@ -70,8 +70,15 @@ export function checkTargets(results: BenchResult[], peerSkipped: string | undef
   );
   atLeast('replays >= 3x the baseline on Fastify', 'fastify: replays @64', 3);
   const large = results.find((result) => result.name.startsWith('standard, new keys, ') && result.connections === 64);
-  if (large) against('the million-record table >= 0.9 of the empty one', large.config, 'standard, new keys @64', 0.9);
-  else
+  if (large) {
+    against('the million-record table >= 0.9 of the empty one', large.config, 'standard, new keys @64', 0.9);
+    // A checkpoint during its measurement costs the large table a full-page image per claim for a while, the empty
+    // one next to nothing (docs/performance.md): the ratio is read with how many there were.
+    const empty = row('standard, new keys @64');
+    if (empty)
+      checks[checks.length - 1].measured +=
+        `; checkpoints while measured: ${large.checkpoints} (the empty table's: ${empty.checkpoints})`;
+  } else
     checks.push({
       target: 'the million-record table >= 0.9 of the empty one',
       outcome: 'not measured',
