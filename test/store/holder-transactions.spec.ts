@@ -16,6 +16,7 @@ import {
 } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
 
 /**
  * Holder transactions (opened before the claim, holding the scope's advisory lock) under what the data source and
@@ -102,6 +103,22 @@ async function expectChargedOnce(
 
 const scopeOf = (key: string): IdempotencyScope => ({ account: 'acct_1', endpoint: 'POST /v1/charges', key });
 
+/**
+ * Waits until no session of the test's database holds an advisory lock or idles inside a transaction. A discarded
+ * connection is closed by the pool without waiting for the server, whose backend ends (and lets its locks go) a
+ * moment later; one given back to the pool inside its transaction would stay so.
+ */
+async function noLeftovers(): Promise<void> {
+  await waitFor(
+    async () => {
+      const { locks, idleInTransaction } = await leftovers();
+      return locks === 0 && idleInTransaction === 0 ? true : undefined;
+    },
+    'no advisory lock and no session idle in a transaction',
+    5_000,
+  );
+}
+
 /** Advisory locks and sessions idle inside a transaction, in the test's database. */
 async function leftovers(): Promise<{ locks: number; idleInTransaction: number }> {
   const [row] = await db.query<{ locks: number; idle_in_transaction: number }>(
@@ -186,7 +203,7 @@ describe('a holder whose start fails', () => {
       } finally {
         FailingTransactionStart.failing = false;
       }
-      await expect(leftovers()).resolves.toEqual({ locks: 0, idleInTransaction: 0 });
+      await noLeftovers();
       const holder = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
       expect(holder.heldLock).toBeDefined();
       await holder.rollback();
@@ -224,7 +241,7 @@ describe('a holder whose commit or rollback fails', () => {
         } finally {
           FailingTransactionEnd.failing = false;
         }
-        await expect(leftovers()).resolves.toEqual({ locks: 0, idleInTransaction: 0 });
+        await noLeftovers();
         await expectChargedOnce(service, key, 'read committed');
       });
     },
