@@ -10,6 +10,7 @@ import {
   type PostgresStoreTransaction,
   idempotencyMigrations,
 } from '../../src/postgres/index.js';
+import { scopeDigestSql } from '../../src/postgres/scope-digest.js';
 import { waitingForLock } from '../support/hold-lock.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -189,8 +190,8 @@ describe('purgeExpired', () => {
   it('deletes expired records in bounded batches and keeps live ones', async () => {
     await db.query('DELETE FROM idempotency_records');
     await db.query(`
-      INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
-      SELECT 'acct', 'POST /purge', 'expired-' || i, 'fp', 'completed', gen_random_uuid(), now(), now() - interval '1 minute'
+      INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
+      SELECT ${scopeDigestSql("'acct'", "'POST /purge'", "'expired-' || i")}, 'acct', 'POST /purge', 'expired-' || i, 'fp', 'completed', gen_random_uuid(), now(), now() - interval '1 minute'
       FROM generate_series(1, 2500) AS i`);
     const live = newScope();
     await store.claim(live, 'fp', randomUUID(), timing);
@@ -224,6 +225,7 @@ describe('schema', () => {
         'CreateIdempotencyRecordsBillingIdemKeys1764633600000',
         'IdempotencyRecordsV0_2_0BillingIdemKeys_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeldBillingIdemKeys_1796342400000',
+        'IdempotencyRecordsV0_2_0ScopeDigestBillingIdemKeys_1796428800000',
       ]);
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();

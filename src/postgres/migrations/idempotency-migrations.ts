@@ -4,6 +4,7 @@ import { recordsTable } from './records-table.js';
 import { createRecordsMigration } from './v0.1.0-create-records.js';
 import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js';
 import { addLockHeldMigration } from './v0.2.0-lock-held.js';
+import { addScopeDigestMigration } from './v0.2.0-scope-digest.js';
 
 /**
  * The records table's migrations, in the order they apply, for applications that run TypeORM with
@@ -12,7 +13,12 @@ import { addLockHeldMigration } from './v0.2.0-lock-held.js';
  */
 export function idempotencyMigrations(tableName: string = DEFAULT_TABLE_NAME): (new () => MigrationInterface)[] {
   const table = recordsTable(tableName);
-  return [createRecordsMigration(table), addAttemptsAndAwaitedMigration(table), addLockHeldMigration(table)];
+  return [
+    createRecordsMigration(table),
+    addAttemptsAndAwaitedMigration(table),
+    addLockHeldMigration(table),
+    addScopeDigestMigration(table),
+  ];
 }
 
 /** The migrations of the default table, `idempotency_records`. */
