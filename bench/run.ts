@@ -9,7 +9,6 @@ import autocannon from 'autocannon';
 import pg from 'pg';
 import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sample-app/embedded-database.js';
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
-import { scopeDigestSql } from '../src/postgres/scope-digest.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
 import { renderChart } from './chart.js';
 import { checkTargets, formatTargets } from './targets.js';
@@ -339,9 +338,9 @@ async function seedReplayKeys(app: RunningApp, prefix: string, path = '/bench/st
 /** SCALE_RECORDS completed records of the measured endpoint, in one statement. */
 async function seedLargeTable(db: TestDatabase): Promise<void> {
   await db.query(
-    `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at,
-                                      completed_at, expires_at, response_status, response_headers, response_body)
-     SELECT ${scopeDigestSql("'bench'", "'POST /bench/standard'", 'md5(i::text)')}, 'bench', 'POST /bench/standard', md5(i::text), md5('fp' || i), 'completed', gen_random_uuid(), now(), now(),
+    `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, completed_at,
+                                      expires_at, response_status, response_headers, response_body)
+     SELECT 'bench', 'POST /bench/standard', md5(i::text), md5('fp' || i), 'completed', gen_random_uuid(), now(), now(),
             now() + interval '1 day', 201, '{"content-type": "application/json; charset=utf-8"}', convert_to('{"id":"x"}', 'UTF8')
      FROM generate_series(1, $1::int) AS i`,
     [SCALE_RECORDS],

@@ -1,23 +1,24 @@
 import { Column, Entity, Index, PrimaryColumn } from 'typeorm';
 
 /**
- * One idempotency record. The primary key on `scope_digest` (a 16-byte digest of account, endpoint and key) is the
- * single-flight lock. The table itself is created by `IdempotencyMigrations` (see migrations/).
+ * One idempotency record. The primary key on (account, endpoint, key) is the single-flight lock.
+ * The table itself is created by `IdempotencyMigrations` (see migrations/).
  */
 @Entity({ name: 'idempotency_records' })
 @Index('idempotency_records_expires_at_idx', ['expiresAt'])
 export class IdempotencyRecord {
-  /** The scope's digest (`scope-digest.ts`), written by the claim; the statements compare the scope too. */
-  @PrimaryColumn({ name: 'scope_digest', type: 'uuid', primaryKeyConstraintName: 'idempotency_records_pkey' })
-  scopeDigest: string;
-
-  @Column({ type: 'text' })
+  @PrimaryColumn({ type: 'text', primaryKeyConstraintName: 'idempotency_records_pkey' })
   account: string;
 
-  @Column({ type: 'text' })
+  @PrimaryColumn({ type: 'text', primaryKeyConstraintName: 'idempotency_records_pkey' })
   endpoint: string;
 
-  @Column({ name: 'idempotency_key', type: 'varchar', length: 255 })
+  @PrimaryColumn({
+    name: 'idempotency_key',
+    type: 'varchar',
+    length: 255,
+    primaryKeyConstraintName: 'idempotency_records_pkey',
+  })
   key: string;
 
   /** Hex sha256 (by default) of the request that claimed the key. */

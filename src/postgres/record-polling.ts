@@ -1,6 +1,6 @@
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import { quoteTableName } from './postgres-identifiers.js';
-import { prepared, scopeCondition, type Statement } from './record-statements.js';
+import { prepared, type Statement } from './record-statements.js';
 import { ScopeWaits, scopeDigest } from './scope-waits.js';
 
 /** The first read of an awaited record comes this long after it was marked; each next one twice as long after. */
@@ -15,7 +15,7 @@ export const MAX_POLL_MS = 500;
 export function heldRecordStatement(tableName: string): Statement {
   return prepared(`
     SELECT count(*)::int AS count FROM ${quoteTableName(tableName)}
-    WHERE ${scopeCondition('')}
+    WHERE account = $1 AND endpoint = $2 AND idempotency_key = $3
       AND status = 'in_progress' AND locked_until > now()`);
 }
 

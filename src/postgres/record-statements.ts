@@ -2,7 +2,6 @@ import { createHash } from 'node:crypto';
 import type { ExistingRecord } from '../protocol/idempotency-store.interface.js';
 import { LOCKED_BY } from './holder-locks.js';
 import { quoteTableName } from './postgres-identifiers.js';
-import { scopeDigestSql } from './scope-digest.js';
 
 /** The store's statements on one table, each one round trip. */
 export interface RecordStatements {
@@ -21,7 +20,7 @@ export interface RecordStatements {
  */
 export function recordStatements(tableName: string, channel: string): RecordStatements {
   const table = quoteTableName(tableName);
-  const scope = scopeCondition('');
+  const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
   const held = `${scope} AND attempt = $4 AND status = 'in_progress'`;
   // Completing or releasing a claim wakes the attempts waiting for it (delivered when it commits), only when
   // one has asked to be: a NOTIFY serializes every notifying commit of the cluster on one lock.
@@ -50,8 +49,6 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   // One statement, one round trip. The record that holds the scope is read first: a replay, a conflict or a
   // reuse is answered from it without writing anything. Otherwise the key is claimed: a new record, or a
   // takeover of an expired one or of a free one of the same request.
-  // The conflict is on the scope's digest: a record of another scope with the same digest is left as it is (the
-  // update compares the scope), and the claim then answers no row, which the store retries and then reports.
   const claim = prepared(`
     WITH current AS (
       SELECT fingerprint, status, response_status, response_headers, response_body,
@@ -61,19 +58,18 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       WHERE ${scope}
     ),
     claimed AS (
-      INSERT INTO ${table} AS r (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
+      INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
                                  created_at, locked_until, expires_at, lock_held)
-      SELECT ${SCOPE_DIGEST}, $1, $2, $3, $4, 'in_progress', $5::uuid, 1, now(),
+      SELECT $1, $2, $3, $4, 'in_progress', $5::uuid, 1, now(),
              now() + make_interval(secs => $6::float8), now() + make_interval(secs => $6::float8 + $7::float8), ${heldByClaimer}
       WHERE NOT EXISTS (SELECT 1 FROM current WHERE holds)
-      ON CONFLICT (scope_digest) DO UPDATE SET
+      ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
         fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
         attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
         created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
         completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
         awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held
-      WHERE r.account = $1 AND r.endpoint = $2 AND r.idempotency_key = $3
-        AND (r.expires_at <= now() OR (${takeable('r.')}))
+      WHERE r.expires_at <= now() OR (${takeable('r.')})
       RETURNING attempts > 1 AS takeover
     )
     SELECT true AS claimed, takeover, NULL::text AS fingerprint, NULL::text AS status,
@@ -123,17 +119,6 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     RETURNING 1`),
   );
   return { claim, renew, complete, release, markAwaited, purge };
-}
-
-/** The scope's digest, from the statement's first three parameters (account, endpoint, key). */
-const SCOPE_DIGEST = scopeDigestSql('$1::text', '$2::text', '$3::text');
-
-/**
- * Finds a scope's record: through the table's key, the scope's digest, and by the scope itself, so that a record of
- * another scope with the same digest (a crafted md5 collision) is never read nor written as this scope's.
- */
-export function scopeCondition(row: string): string {
-  return `${row}scope_digest = ${SCOPE_DIGEST} AND ${row}account = $1 AND ${row}endpoint = $2 AND ${row}idempotency_key = $3`;
 }
 
 export interface ClaimRow {

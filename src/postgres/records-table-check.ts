@@ -21,11 +21,10 @@ const EXPECTED_COLUMNS: Record<string, string> = {
   locked_until: 'timestamp with time zone',
   completed_at: 'timestamp with time zone',
   expires_at: 'timestamp with time zone',
-  scope_digest: 'uuid',
 };
 
 /** The claim's `ON CONFLICT` needs a unique index on exactly these columns: the single-flight lock. */
-const SCOPE_COLUMNS = ['scope_digest'];
+const SCOPE_COLUMNS = ['account', 'endpoint', 'idempotency_key'];
 
 /**
  * Checks that `tableName` exists with the columns and the key the store relies on, so that a table that was never

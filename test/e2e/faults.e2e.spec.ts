@@ -25,7 +25,6 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
 import { PLATFORMS, type PlatformRequest as Request } from '../support/platforms.js';
 import { useTestDatabase } from '../support/test-database.js';
-import { scopeDigestSql } from '../../src/postgres/scope-digest.js';
 import { useTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 import { CHECKED_AT_COMMIT, expectRefusedKeepingNothing, WORK_LOG, workRowsOf } from '../support/work-log.js';
@@ -271,8 +270,8 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         body: Buffer.from('{}'),
       });
       await db.query(
-        `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
-       VALUES (${scopeDigestSql("'acct'", "'POST /tx/context'", '$1::text')}, 'acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
+        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
+       VALUES ('acct', 'POST /tx/context', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
         [key, fingerprint],
       );
       const takeover = await post('/tx/context', key).expect(201);

@@ -5,7 +5,6 @@ import { Idempotent, sha256Fingerprint } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
-import { scopeDigestSql } from '../../src/postgres/scope-digest.js';
 import { PLATFORMS } from '../support/platforms.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { startTestApp } from '../support/test-app.js';
@@ -85,9 +84,9 @@ describe.each(PLATFORMS)('on %s', (platform) => {
   async function completedElsewhere(): Promise<string> {
     const key = randomUUID();
     await db.query(
-      `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at,
-                                      completed_at, expires_at, response_status, response_headers, response_body)
-     VALUES (${scopeDigestSql("'acct'", "'POST /rt/standard'", '$1::text')}, 'acct', 'POST /rt/standard', $1, $2, 'completed', gen_random_uuid(), now(), now(), now() + interval '1 hour',
+      `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, completed_at,
+                                      expires_at, response_status, response_headers, response_body)
+     VALUES ('acct', 'POST /rt/standard', $1, $2, 'completed', gen_random_uuid(), now(), now(), now() + interval '1 hour',
              201, '{"content-type": "application/json; charset=utf-8"}', convert_to('{"ok":true}', 'UTF8'))`,
       [key, EMPTY_BODY_FINGERPRINT],
     );
@@ -135,8 +134,8 @@ describe.each(PLATFORMS)('on %s', (platform) => {
     it('a takeover of a lapsed lease: one to claim, one to store the outcome', async () => {
       const key = randomUUID();
       await db.query(
-        `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
-       VALUES (${scopeDigestSql("'acct'", "'POST /rt/standard'", '$1::text')}, 'acct', 'POST /rt/standard', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
+        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, locked_until, expires_at)
+       VALUES ('acct', 'POST /rt/standard', $1, $2, 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 hour')`,
         [key, EMPTY_BODY_FINGERPRINT],
       );
       await expect(roundTripsOf(() => send('/rt/standard', key).expect(201))).resolves.toBe(2);

@@ -10,7 +10,6 @@ import {
   type PostgresStoreTransaction,
   idempotencyMigrations,
 } from '../../src/postgres/index.js';
-import { scopeDigestSql } from '../../src/postgres/scope-digest.js';
 import { waitingForLock } from '../support/hold-lock.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
@@ -186,69 +185,12 @@ describe('complete and release', () => {
   });
 });
 
-// Two scopes cannot be given one digest on purpose here (an md5 collision of two valid scopes is not at hand), so a
-// record of another scope is written under this scope's digest: what a collision would leave in the table. The
-// statements compare the scope beside the digest, so none of them reads or writes that record as this scope's, and the
-// claim, whose insert meets it on the key, takes nothing over: it finds neither a free nor a held record.
-describe('a record of another scope under the same digest', () => {
-  async function collidingRecord(scope: IdempotencyScope, state: 'expired' | 'live' | 'in_progress'): Promise<string> {
-    const attempt = randomUUID();
-    await db.query(
-      `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt,
-                                        created_at, locked_until, completed_at, expires_at, response_status, response_headers, response_body)
-       VALUES (${scopeDigestSql('$1::text', '$2::text', '$3::text')}, $1, $2, $3 || '-other', 'fp', $4, $5, now(),
-               CASE WHEN $4 = 'in_progress' THEN now() + interval '1 minute' END,
-               CASE WHEN $4 = 'completed' THEN now() END,
-               CASE WHEN $6 THEN now() - interval '1 second' ELSE now() + interval '1 hour' END,
-               201, '{}', convert_to('the other scope', 'UTF8'))`,
-      [
-        scope.account,
-        scope.endpoint,
-        scope.key,
-        state === 'in_progress' ? 'in_progress' : 'completed',
-        attempt,
-        state === 'expired',
-      ],
-    );
-    return attempt;
-  }
-  const otherOf = (scope: IdempotencyScope) =>
-    db.query('SELECT status, attempt, fingerprint, response_body FROM idempotency_records WHERE idempotency_key = $1', [
-      `${scope.key}-other`,
-    ]);
-
-  it.each(['expired', 'live', 'in_progress'] as const)(
-    'is neither taken over nor answered by a claim (%s)',
-    async (state) => {
-      const scope = newScope();
-      const attempt = await collidingRecord(scope, state);
-      const before = await otherOf(scope);
-      await expect(store.claim(scope, 'fp', randomUUID(), timing)).rejects.toThrow(
-        /found neither a free nor a held record/,
-      );
-      await expect(otherOf(scope)).resolves.toEqual(before);
-      expect(before).toEqual([expect.objectContaining({ attempt })]);
-    },
-  );
-
-  it('is neither renewed, completed, released nor marked awaited for this scope', async () => {
-    const scope = newScope();
-    const attempt = await collidingRecord(scope, 'in_progress');
-    const before = await otherOf(scope);
-    await expect(store.renew({ scope, attempt }, timing)).resolves.toBe(false);
-    await expect(store.complete({ scope, attempt }, response, 3600)).resolves.toBe(false);
-    await expect(store.markAwaited(scope)).resolves.toBe(false);
-    await expect(store.release({ scope, attempt })).resolves.toBe(false);
-    await expect(otherOf(scope)).resolves.toEqual(before);
-  });
-});
-
 describe('purgeExpired', () => {
   it('deletes expired records in bounded batches and keeps live ones', async () => {
     await db.query('DELETE FROM idempotency_records');
     await db.query(`
-      INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
-      SELECT ${scopeDigestSql("'acct'", "'POST /purge'", "'expired-' || i")}, 'acct', 'POST /purge', 'expired-' || i, 'fp', 'completed', gen_random_uuid(), now(), now() - interval '1 minute'
+      INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
+      SELECT 'acct', 'POST /purge', 'expired-' || i, 'fp', 'completed', gen_random_uuid(), now(), now() - interval '1 minute'
       FROM generate_series(1, 2500) AS i`);
     const live = newScope();
     await store.claim(live, 'fp', randomUUID(), timing);
@@ -282,7 +224,6 @@ describe('schema', () => {
         'CreateIdempotencyRecordsBillingIdemKeys1764633600000',
         'IdempotencyRecordsV0_2_0BillingIdemKeys_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeldBillingIdemKeys_1796342400000',
-        'IdempotencyRecordsV0_2_0ScopeDigestBillingIdemKeys_1796428800000',
       ]);
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();

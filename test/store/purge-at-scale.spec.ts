@@ -2,7 +2,6 @@ import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { DataSource } from 'typeorm';
 import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
-import { scopeDigestSql } from '../../src/postgres/scope-digest.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 const EXPIRED = 1_000_000;
@@ -21,9 +20,9 @@ beforeAll(async () => {
   store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');
   // One statement, not a million: expired records, and live ones that must survive.
   await db.query(
-    `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at,
-                                      completed_at, expires_at, response_status, response_headers, response_body)
-     SELECT ${scopeDigestSql("'acct_' || (i % 100)", "'POST /v1/charges'", "'key-' || i")}, 'acct_' || (i % 100), 'POST /v1/charges', 'key-' || i, md5(i::text), 'completed', gen_random_uuid(),
+    `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, completed_at,
+                                      expires_at, response_status, response_headers, response_body)
+     SELECT 'acct_' || (i % 100), 'POST /v1/charges', 'key-' || i, md5(i::text), 'completed', gen_random_uuid(),
             now() - interval '2 days', now() - interval '2 days',
             CASE WHEN i <= $1 THEN now() - interval '1 day' ELSE now() + interval '1 day' END,
             201, '{"content-type": "application/json"}', convert_to('{"id":"ch_' || i || '"}', 'UTF8')

@@ -2,7 +2,6 @@ import { type INestApplicationContext, Module } from '@nestjs/common';
 import { IdempotencyKeyReuseError, type IdempotencyModuleOptions, IdempotencyService } from '../../src/index.js';
 import { IdempotencyLifecycle } from '../../src/protocol/idempotency-lifecycle.js';
 import { RecordingLogger } from '../support/recording-logger.js';
-import { scopeDigestSql } from '../../src/postgres/scope-digest.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { startTestContext } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
@@ -34,10 +33,9 @@ async function startModule(options: IdempotencyModuleOptions): Promise<Idempoten
 
 async function insertRecords(count: number, expiresIn: string): Promise<void> {
   await db.query(
-    `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
-     SELECT ${scopeDigestSql("'acct'", "'POST /purge'", 'k')}, 'acct', 'POST /purge', k, 'fp', 'completed', gen_random_uuid(), now(),
-            now() + $1::interval
-     FROM (SELECT md5(random()::text) AS k FROM generate_series(1, $2::int)) AS keys`,
+    `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at)
+     SELECT 'acct', 'POST /purge', md5(random()::text), 'fp', 'completed', gen_random_uuid(), now(), now() + $1::interval
+     FROM generate_series(1, $2::int)`,
     [expiresIn, count],
   );
 }
@@ -67,9 +65,9 @@ describe('IdempotencyService.purgeExpired', () => {
     const service = await startModule({ purgeIntervalSeconds: false });
     // Claimed by a process that died: its lease lapsed a minute ago, its expiry (a TTL after the lease) is to come.
     await db.query(
-      `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt,
-                                        created_at, locked_until, expires_at)
-       VALUES (${scopeDigestSql("'acct'", "'operation payout'", "'abandoned'")}, 'acct', 'operation payout', 'abandoned', 'fp', 'in_progress', gen_random_uuid(), now() - interval '2 minutes',
+      `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at,
+                                        locked_until, expires_at)
+       VALUES ('acct', 'operation payout', 'abandoned', 'fp', 'in_progress', gen_random_uuid(), now() - interval '2 minutes',
                now() - interval '1 minute', now() + interval '1 hour')`,
     );
     await service.purgeExpired();

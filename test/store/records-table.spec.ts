@@ -15,7 +15,7 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
-const [V0_1_0, V0_2_0, V0_2_0_LOCK_HELD] = IdempotencyMigrations;
+const [V0_1_0, V0_2_0] = IdempotencyMigrations;
 const timing = { leaseSeconds: 30, ttlSeconds: 3600 };
 
 /** A fresh database per test: each one starts from a different schema. */
@@ -49,16 +49,6 @@ async function differencesFromEntity(dataSource: DataSource): Promise<string[]> 
   return (await dataSource.driver.createSchemaBuilder().log()).upQueries.map((query) => query.query);
 }
 
-/** The columns of the records table's primary key, in its order. */
-async function primaryKeyOf(): Promise<string[]> {
-  const [{ columns }] = await db.query<{ columns: string[] }>(`
-    SELECT array_agg(a.attname::text ORDER BY k.n) AS columns
-    FROM pg_index i, unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n)
-    JOIN pg_attribute a ON a.attrelid = 'idempotency_records'::regclass AND a.attnum = k.attnum
-    WHERE i.indrelid = 'idempotency_records'::regclass AND i.indisprimary`);
-  return columns;
-}
-
 describe('the migration history', () => {
   it('applies in order to an empty database and creates exactly what the entity maps', async () => {
     await withMigrated(IdempotencyMigrations, async (dataSource) => {
@@ -67,60 +57,8 @@ describe('the migration history', () => {
         'CreateIdempotencyRecords1764633600000',
         'IdempotencyRecordsV0_2_0_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeld_1796342400000',
-        'IdempotencyRecordsV0_2_0ScopeDigest_1796428800000',
       ]);
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
-      await expect(primaryKeyOf()).resolves.toEqual(['scope_digest']);
-    });
-  });
-
-  it('keys a table already holding rows by their scope digest, the one the store looks them up by', async () => {
-    // A table as the earlier 0.2.0 migrations left it, with rows whose scopes differ only in where their parts split.
-    await withMigrated([V0_1_0, V0_2_0, V0_2_0_LOCK_HELD], async () => {
-      await db.query(`
-        INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, response_status,
-                                         response_headers, response_body, created_at, completed_at, expires_at)
-        SELECT account, endpoint, 'k', 'fp-' || account, 'completed', gen_random_uuid(), 201, '{}', convert_to(account, 'UTF8'),
-               now(), now(), now() + interval '1 day'
-        FROM (VALUES ('a', 'b:c'), ('a:b', 'c'), ('ä', 'POST /charges'), ('a', 'b')) AS scopes(account, endpoint)`);
-    });
-
-    await withMigrated(IdempotencyMigrations, async (dataSource) => {
-      await expect(primaryKeyOf()).resolves.toEqual(['scope_digest']);
-      await expect(
-        db.query('SELECT count(DISTINCT scope_digest)::int AS n, count(*)::int AS rows FROM idempotency_records'),
-      ).resolves.toEqual([{ n: 4, rows: 4 }]);
-      const store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');
-      for (const [account, endpoint] of [
-        ['a', 'b:c'],
-        ['a:b', 'c'],
-        ['ä', 'POST /charges'],
-        ['a', 'b'],
-      ]) {
-        await expect(
-          store.claim({ account, endpoint, key: 'k' }, `fp-${account}`, randomUUID(), timing),
-        ).resolves.toEqual({
-          claimed: false,
-          existing: {
-            status: 'completed',
-            fingerprint: `fp-${account}`,
-            response: { status: 201, headers: {}, body: Buffer.from(account) },
-            expiresInSeconds: expect.any(Number),
-          },
-        });
-      }
-      // New keys go in beside them, under the same key.
-      const attempt = randomUUID();
-      const scope = { account: 'a', endpoint: 'b', key: 'new' };
-      await expect(store.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });
-      await expect(
-        store.complete({ scope, attempt }, { status: 200, headers: {}, body: Buffer.alloc(0) }, 60),
-      ).resolves.toBe(true);
-
-      // Reverted, the table is keyed by the scope again, with every row kept.
-      await dataSource.undoLastMigration();
-      await expect(primaryKeyOf()).resolves.toEqual(['account', 'endpoint', 'idempotency_key']);
-      await expect(db.query('SELECT count(*)::int AS n FROM idempotency_records')).resolves.toEqual([{ n: 5 }]);
     });
   });
 
@@ -188,9 +126,6 @@ describe('the migration history', () => {
           [names],
         );
       await dataSource.undoLastMigration();
-      await expect(columnsNamed(['scope_digest'])).resolves.toEqual([{ n: 0 }]);
-      await expect(primaryKeyOf()).resolves.toEqual(['account', 'endpoint', 'idempotency_key']);
-      await dataSource.undoLastMigration();
       await expect(columnsNamed(['lock_held'])).resolves.toEqual([{ n: 0 }]);
       await expect(columnsNamed(['attempts', 'awaited'])).resolves.toEqual([{ n: 2 }]);
       await dataSource.undoLastMigration();
@@ -253,30 +188,12 @@ describe('the check at start-up', () => {
 
   it("refuses the previous version's table, naming the missing columns", async () => {
     await expect(start([V0_1_0])).rejects.toThrow(
-      /"idempotency_records" lacks the column\(s\) attempts, awaited, lock_held, scope_digest: it was created by an earlier version/,
+      /"idempotency_records" lacks the column\(s\) attempts, awaited, lock_held: it was created by an earlier version/,
     );
   });
 
   it('refuses a table migrated before lock_held was added, naming it', async () => {
-    await expect(start([V0_1_0, V0_2_0])).rejects.toThrow(
-      /"idempotency_records" lacks the column\(s\) lock_held, scope_digest:/,
-    );
-  });
-
-  it('refuses a table migrated before scope_digest was added, naming it and the migrations', async () => {
-    await expect(start([V0_1_0, V0_2_0, V0_2_0_LOCK_HELD])).rejects.toThrow(
-      /"idempotency_records" lacks the column\(s\) scope_digest: it was created by an earlier version.*add `IdempotencyMigrations`/,
-    );
-  });
-
-  it('refuses a table keyed by the scope itself, not by its digest, naming the key to add', async () => {
-    const before = async () => {
-      await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
-      await db.query('ALTER TABLE idempotency_records ADD PRIMARY KEY (account, endpoint, idempotency_key)');
-    };
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
-      /has no primary key \(or unique index\) on \(scope_digest\).*ADD PRIMARY KEY \(scope_digest\)/,
-    );
+    await expect(start([V0_1_0, V0_2_0])).rejects.toThrow(/"idempotency_records" lacks the column\(s\) lock_held:/);
   });
 
   it('refuses a column of another type', async () => {
@@ -289,7 +206,7 @@ describe('the check at start-up', () => {
   it('refuses a table without the key that makes a claim atomic', async () => {
     const before = () => db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
     await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
-      /has no primary key \(or unique index\) on \(scope_digest\)/,
+      /has no primary key \(or unique index\) on \(account, endpoint, idempotency_key\)/,
     );
   });
 
@@ -300,7 +217,7 @@ describe('the check at start-up', () => {
     const before = async () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
       await db.query(
-        'ALTER TABLE idempotency_records ADD CONSTRAINT idempotency_records_pkey PRIMARY KEY (scope_digest) DEFERRABLE',
+        'ALTER TABLE idempotency_records ADD CONSTRAINT idempotency_records_pkey PRIMARY KEY (account, endpoint, idempotency_key) DEFERRABLE',
       );
     };
     await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
@@ -309,36 +226,41 @@ describe('the check at start-up', () => {
   it('refuses a unique index that is not valid (a concurrent build that failed), which ON CONFLICT ignores', async () => {
     const before = async () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
-      const duplicate = `('${randomUUID()}', 'a', 'e', 'k', 'f', 'completed', gen_random_uuid(), now(), now())`;
+      const duplicate = `('a', 'e', 'k', 'f', 'completed', gen_random_uuid(), now(), now())`;
       await db.query(
-        `INSERT INTO idempotency_records (scope_digest, account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at) VALUES ${duplicate}, ${duplicate}`,
+        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, created_at, expires_at) VALUES ${duplicate}, ${duplicate}`,
       );
       await db
-        .query('CREATE UNIQUE INDEX CONCURRENTLY records_scope ON idempotency_records (scope_digest)')
+        .query(
+          'CREATE UNIQUE INDEX CONCURRENTLY records_scope ON idempotency_records (account, endpoint, idempotency_key)',
+        )
         .catch(() => undefined);
       await db.query('DELETE FROM idempotency_records');
     };
     await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
   });
 
-  // ON CONFLICT (scope_digest) cannot use a partial index as its arbiter: every claim would fail
+  // ON CONFLICT (account, endpoint, idempotency_key) cannot use a partial index as its arbiter: every claim would fail
   // and every request be answered 503.
   it('refuses a table whose only unique index on the scope is partial, naming the key to add', async () => {
     const before = async () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
-      await db.query("CREATE UNIQUE INDEX records_scope ON idempotency_records (scope_digest) WHERE status <> 'x'");
+      await db.query(
+        "CREATE UNIQUE INDEX records_scope ON idempotency_records (account, endpoint, idempotency_key) WHERE status <> 'x'",
+      );
     };
     await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
-      'The idempotency table "idempotency_records" has no primary key (or unique index) on (scope_digest), which ' +
-        "makes a key's claim atomic (a partial, deferrable or invalid one does not count: the claim's ON CONFLICT " +
-        'cannot use it). Add it: `ALTER TABLE "idempotency_records" ADD PRIMARY KEY (scope_digest)`.',
+      'The idempotency table "idempotency_records" has no primary key (or unique index) on (account, endpoint, ' +
+        "idempotency_key), which makes a key's claim atomic (a partial, deferrable or invalid one does not count: the " +
+        "claim's ON CONFLICT cannot use it). Add it: " +
+        '`ALTER TABLE "idempotency_records" ADD PRIMARY KEY (account, endpoint, idempotency_key)`.',
     );
   });
 
-  it('accepts a unique index on the scope digest in place of the primary key', async () => {
+  it('accepts a unique index on the scope in place of the primary key, in any column order', async () => {
     const before = async () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
-      await db.query('CREATE UNIQUE INDEX records_scope ON idempotency_records (scope_digest)');
+      await db.query('CREATE UNIQUE INDEX records_scope ON idempotency_records (idempotency_key, account, endpoint)');
     };
     await expect(start(IdempotencyMigrations, { before })).resolves.toBeUndefined();
   });

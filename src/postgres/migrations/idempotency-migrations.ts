@@ -4,7 +4,6 @@ import { recordsTable } from './records-table.js';
 import { createRecordsMigration } from './v0.1.0-create-records.js';
 import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js';
 import { addLockHeldMigration } from './v0.2.0-lock-held.js';
-import { addScopeDigestMigration } from './v0.2.0-scope-digest.js';
 
 /**
  * The records table's migrations, in the order they apply, for applications that run TypeORM with
@@ -13,12 +12,7 @@ import { addScopeDigestMigration } from './v0.2.0-scope-digest.js';
  */
 export function idempotencyMigrations(tableName: string = DEFAULT_TABLE_NAME): (new () => MigrationInterface)[] {
   const table = recordsTable(tableName);
-  return [
-    createRecordsMigration(table),
-    addAttemptsAndAwaitedMigration(table),
-    addLockHeldMigration(table),
-    addScopeDigestMigration(table),
-  ];
+  return [createRecordsMigration(table), addAttemptsAndAwaitedMigration(table), addLockHeldMigration(table)];
 }
 
 /** The migrations of the default table, `idempotency_records`. */
