@@ -481,19 +481,14 @@ async function main(): Promise<void> {
   const poolSize = await appPoolSize(databases.empty, [...targets].filter((target) => target !== 'pgbouncer').length);
   // Only the apps that the measured configurations need (BENCH_PLATFORMS=fastify needs the Fastify one alone).
   const env: Record<Config['target'], () => Record<string, string>> = {
-    empty: () => ({ DATABASE_URL: databases.empty.url, BENCH_POOL_SIZE: poolSize }),
-    uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_POOL_SIZE: poolSize, BENCH_REPLAY_CACHE: 'off' }),
-    large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url, BENCH_POOL_SIZE: poolSize }),
-    fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_POOL_SIZE: poolSize, BENCH_PLATFORM: 'fastify' }),
-    pgbouncer: () => ({
-      DATABASE_URL: throughPgBouncer(databases.empty.url),
-      BENCH_POOL_SIZE: poolSize,
-      BENCH_TRANSACTION_POOLER: 'on',
-    }),
+    empty: () => ({ DATABASE_URL: databases.empty.url }),
+    uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
+    large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
+    fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
+    pgbouncer: () => ({ DATABASE_URL: throughPgBouncer(databases.empty.url), BENCH_TRANSACTION_POOLER: 'on' }),
     // This run's keys under a prefix of their own in Redis.
     peer: () => ({
       DATABASE_URL: databases.empty.url,
-      BENCH_POOL_SIZE: poolSize,
       BENCH_REDIS_URL: REDIS_URL.href,
       BENCH_PEER_PREFIX: `nest-idempotency-bench-${randomUUID()}`,
     }),
@@ -502,10 +497,12 @@ async function main(): Promise<void> {
   const apps: Partial<Record<Config['target'], RunningApp>> = {};
   try {
     for (const target of targets) {
-      if (target !== 'peer') apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', env[target]());
+      // Every app gets the same pool (BENCH_POOL_SIZE).
+      const appEnv = { ...env[target](), BENCH_POOL_SIZE: poolSize };
+      if (target !== 'peer') apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', appEnv);
       else
         try {
-          apps.peer = await spawnTypeScriptServer('bench/peer-app.ts', env.peer());
+          apps.peer = await spawnTypeScriptServer('bench/peer-app.ts', appEnv);
         } catch (error) {
           skipPeer(`the peer app did not start: ${(error as Error).message.split('\n').slice(0, 6).join(' ')}`);
         }

@@ -32,9 +32,9 @@ export function recordStatements(tableName: string, channel: string): RecordStat
 
   // The claimer's own transaction holds the scope's advisory lock: checked in pg_locks when the statement runs, by the
   // virtual transaction id and backend the lock was taken in ($8), never by a flag decided before the claim reached
-  // the server. A claim can wait (for a pooled connection, on a row lock) past its timeout, when its holder has been rolled back
-  // and a retry's holder has the lock: a flag would then still say "held", and take the live retry over. The id is
-  // that of one transaction, so neither a later transaction on the same connection nor a lost session passes.
+  // the server. A claim can wait (for a pooled connection, on a row lock) past its timeout, when its holder has been
+  // rolled back and a retry's holder has the lock: a flag would then still say "held", and take the live retry over.
+  // The id is that of one transaction, so neither a later transaction on the same connection nor a lost session passes.
   const heldByClaimer = `($8::text IS NOT NULL AND EXISTS (
       SELECT 1 FROM pg_locks
       WHERE locktype = 'advisory' AND granted AND ${LOCKED_BY} = $8::text AND objsubid = 1

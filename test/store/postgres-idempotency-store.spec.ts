@@ -490,14 +490,12 @@ describe('holder transactions', () => {
     try {
       const { key, lockedBy } = retry.heldLock as NonNullable<PostgresStoreTransaction['heldLock']>;
       const [{ pid }] = await retry.manager.query<{ pid: number }[]>('SELECT pg_backend_pid() AS pid');
-      const sameIdOtherBackend = lockedBy.replace(String(pid), String(pid + 1));
-      expect(sameIdOtherBackend).not.toBe(lockedBy);
+      const [id] = lockedBy.split('@');
+      expect(lockedBy).toBe(`${id}@${pid}`);
       const lost = Object.assign(
         Object.create(Object.getPrototypeOf(retry) as object) as PostgresStoreTransaction,
         retry,
-        {
-          heldLock: { key, lockedBy: sameIdOtherBackend },
-        },
+        { heldLock: { key, lockedBy: `${id}@${pid + 1}` } }, // the same id, another backend
       );
       await expect(store.claim(scope, 'fp', randomUUID(), timing, lost)).resolves.toEqual({
         claimed: true,
