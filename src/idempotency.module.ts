@@ -7,8 +7,7 @@ import { trackIdempotentRoutes } from './http/idempotent-routes.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { HttpTransport } from './http/http-transport.js';
 import { IdempotencyInterceptor } from './protocol/idempotency.interceptor.js';
-import { IDEMPOTENCY_TRANSPORTS } from './protocol/idempotency.tokens.js';
-import type { IdempotencyTransport } from './protocol/idempotency-transport.interface.js';
+import { IdempotencyTransports } from './protocol/idempotency-transports.js';
 import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
@@ -48,18 +47,14 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
     IdempotencyContext,
     HttpPlatformCheck,
     DrainBeforeClose,
+    // The transports served, one per kind of call: HTTP's here; the others register with their room's module.
+    IdempotencyTransports,
     HttpTransport,
-    // The transports served, one per kind of call: a transport is added here, beside HTTP.
-    {
-      provide: IDEMPOTENCY_TRANSPORTS,
-      inject: [HttpTransport],
-      useFactory: (...transports: IdempotencyTransport[]) => transports,
-    },
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
     { provide: ONE_MODULE_CHECKED, inject: [ModulesContainer], useFactory: refuseMoreThanOne },
   ],
-  exports: [IdempotencyService, IdempotencyContext],
+  exports: [IdempotencyService, IdempotencyContext, IdempotencyTransports],
 })
 export class IdempotencyModule {
   // The builder's methods, typed so that the compiler asks for `store` (which has no default), on this module.

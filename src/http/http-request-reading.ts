@@ -1,5 +1,4 @@
 import { type ExecutionContext, HttpException } from '@nestjs/common';
-import { describedValue } from '../protocol/described-value.js';
 import {
   IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,
@@ -7,7 +6,8 @@ import {
   IdempotencyMisconfiguredError,
 } from '../protocol/idempotency.errors.js';
 import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
-import { keyFault, scopeTextFault } from '../protocol/scope-values.js';
+import { keyFault } from '../protocol/scope-values.js';
+import { resolveAccount } from '../protocol/account-resolution.js';
 import type { FingerprintInput } from './http-options.interface.js';
 import type { HttpRequest } from './http-platform.js';
 import type { OnceLog } from './once-log.js';
@@ -116,28 +116,16 @@ export function endpointOf(request: HttpRequest, version?: string): string {
  * public route under a resolver that reads what a guard sets): answered 500 before anything is claimed, and
  * logged once per route with the reason. An `HttpException` it throws (a 401, say) is its answer, and passes.
  */
-export async function accountOf(
+export function accountOf(
   context: ExecutionContext,
   request: HttpRequest,
   policy: IdempotencyPolicy,
   log: OnceLog,
 ): Promise<string> {
-  if (!policy.accountResolver) return '';
-  let account: unknown;
-  try {
-    account = await policy.accountResolver(context);
-  } catch (error) {
-    if (error instanceof HttpException) throw error;
-    throw accountUnresolved(context, request, log, `it threw ${error}`);
-  }
-  if (typeof account !== 'string' && !(typeof account === 'number' && Number.isFinite(account))) {
-    throw accountUnresolved(context, request, log, `it returned ${describedValue(account)}`);
-  }
-  const fault = scopeTextFault(String(account));
-  if (fault !== undefined) {
-    throw accountUnresolved(context, request, log, `it returned ${describedValue(account)} (${fault})`);
-  }
-  return String(account);
+  return resolveAccount(context, policy, {
+    isAnswer: (error) => error instanceof HttpException,
+    unresolved: (reason) => accountUnresolved(context, request, log, reason),
+  });
 }
 
 function accountUnresolved(

@@ -16,6 +16,7 @@ import type { StoredResponse } from '../protocol/idempotency-store.interface.js'
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
+import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
 import { responseForClient } from './content-coding.js';
 import { type AttemptServices, HttpAttempt } from './http-attempt.js';
 import { httpExceptionFor, sendReplay, setRetryAfter } from './http-answers.js';
@@ -67,7 +68,9 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     private readonly adapterHost: HttpAdapterHost,
     private readonly idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions & HttpIdempotencyModuleOptions,
+    transports: IdempotencyTransports,
   ) {
+    transports.register(this);
     // Invalid HTTP options fail at start-up, not on the first request.
     this.keyHeaderName = resolveHttpPolicy(options).headerName;
     this.plans = new RoutePlans(reflector, options);

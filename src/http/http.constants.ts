@@ -1,6 +1,3 @@
-/** Metadata key under which `@Idempotent()` stores its per-route options. */
-export const IDEMPOTENT_METADATA = 'idempotency:idempotent';
-
 /** Methods that are already safe or naturally idempotent: they pass through even when they carry a key. */
 export const PASS_THROUGH_METHODS: ReadonlySet<string> = new Set(['GET', 'HEAD', 'OPTIONS', 'DELETE']);
 

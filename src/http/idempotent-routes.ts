@@ -2,7 +2,7 @@ import type { Type } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import type { ModulesContainer, Reflector } from '@nestjs/core';
 import { trackedHandler } from './handler-work.js';
-import { IDEMPOTENT_METADATA } from './http.constants.js';
+import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
 
 type Handler = (...args: never[]) => unknown;
 

@@ -1,7 +1,7 @@
-import { type CallHandler, type ExecutionContext, Inject, Injectable, type NestInterceptor } from '@nestjs/common';
+import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import { IdempotencyError } from './idempotency.errors.js';
-import { IDEMPOTENCY_TRANSPORTS } from './idempotency.tokens.js';
+import { IdempotencyTransports } from './idempotency-transports.js';
 import type { IdempotentCall, IdempotencyTransport } from './idempotency-transport.interface.js';
 import { IdempotencyService } from './idempotency.service.js';
 
@@ -14,11 +14,11 @@ import { IdempotencyService } from './idempotency.service.js';
 export class IdempotencyInterceptor implements NestInterceptor {
   constructor(
     private readonly idempotency: IdempotencyService,
-    @Inject(IDEMPOTENCY_TRANSPORTS) private readonly transports: readonly IdempotencyTransport[],
+    private readonly transports: IdempotencyTransports,
   ) {}
 
   intercept(context: ExecutionContext, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>> {
-    const transport = this.transports.find((candidate) => candidate.serves(context));
+    const transport = this.transports.serving(context);
     return transport ? this.serve(transport, context, next) : next.handle();
   }
 

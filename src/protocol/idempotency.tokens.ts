@@ -4,5 +4,5 @@ export const IDEMPOTENCY_STORE = Symbol('IDEMPOTENCY_STORE');
 /** Injection token of the module's options (`ProtocolModuleOptions`), as `forRoot()` or its factory gave them. */
 export const IDEMPOTENCY_MODULE_OPTIONS = Symbol('IDEMPOTENCY_MODULE_OPTIONS');
 
-/** Injection token of the transports the module serves (`IdempotencyTransport[]`), one per kind of call. */
-export const IDEMPOTENCY_TRANSPORTS = Symbol('IDEMPOTENCY_TRANSPORTS');
+/** Metadata key under which `@Idempotent()` stores its per-handler options, which every transport reads. */
+export const IDEMPOTENT_METADATA = 'idempotency:idempotent';

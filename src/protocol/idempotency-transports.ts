@@ -1,0 +1,21 @@
+import { type ExecutionContext, Injectable } from '@nestjs/common';
+import type { IdempotencyTransport } from './idempotency-transport.interface.js';
+
+/**
+ * The transports the module serves, one per kind of call. Each registers itself as Nest creates it: HTTP's with
+ * `IdempotencyModule`, the others with their room's module (`IdempotencyRabbitMqModule`, `IdempotencyGraphqlModule`,
+ * ...), which an application imports beside it; the module is global, so they find this without importing it.
+ */
+@Injectable()
+export class IdempotencyTransports {
+  private readonly transports: IdempotencyTransport[] = [];
+
+  register(transport: IdempotencyTransport): void {
+    this.transports.push(transport);
+  }
+
+  /** The transport of `context`'s call, or `undefined` for a kind of call none serves. */
+  serving(context: ExecutionContext): IdempotencyTransport | undefined {
+    return this.transports.find((transport) => transport.serves(context));
+  }
+}
