@@ -19,6 +19,8 @@ const ROOM_NAMES = {
   memory: 'the in-memory store (src/memory)',
   testing: 'the testing kit (src/testing)',
   client: 'the client (src/client)',
+  messages: 'the message consumers (src/messages)',
+  rabbitmq: 'the RabbitMQ consumers (src/rabbitmq)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
 };
@@ -26,6 +28,7 @@ const ROOM_NAMES = {
 const HTTP_PLATFORM = ['express', 'fastify', '@fastify/', '@nestjs/platform-'];
 const DATABASE = ['typeorm', '@nestjs/typeorm', 'pg'];
 const NODE = ['node:', ...builtinModules];
+const BROKER_CLIENT = ['amqplib', 'amqp-connection-manager', '@nats-io/', 'nats'];
 
 // docs/layout.md: the rooms of src/ each file may import, and the packages it must not. `packages` is a list of
 // [what, prefixes] ('x' matches 'x' and 'x/…', a prefix ending in '/' or '-' matches what starts with it); a room
@@ -43,6 +46,22 @@ export const ROOMS = {
   postgres: { mayImport: ['postgres', 'protocol', 'shared'], packages: [['an HTTP platform', HTTP_PLATFORM]] },
   memory: {
     mayImport: ['memory', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+    ],
+  },
+  // Message consumers, whichever the broker: Nest's microservices, never a broker's client, which each broker's room owns.
+  messages: {
+    mayImport: ['messages', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  rabbitmq: {
+    mayImport: ['rabbitmq', 'messages', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],

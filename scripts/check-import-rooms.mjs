@@ -53,6 +53,17 @@ const CASES = [
   ['src/index.ts', 'typeorm', 'src/ must not import the database (ORM or driver)'],
   ['src/idempotency.module.ts', './http/idempotency-http.js', null],
   ['src/idempotency.module.ts', './memory/in-memory-idempotency.store.js', null],
+  ['src/messages/x.ts', 'amqplib', 'src/messages must not import a broker client'],
+  ['src/messages/x.ts', '@nats-io/jetstream', 'src/messages must not import a broker client'],
+  ['src/messages/x.ts', '../rabbitmq/rabbitmq-delivery.js', 'src/messages must not import the RabbitMQ consumers'],
+  ['src/messages/x.ts', 'pg', 'src/messages must not import the database (ORM or driver)'],
+  ['src/messages/x.ts', '@nestjs/microservices', null],
+  ['src/messages/x.ts', '../protocol/idempotency.service.js', null],
+  ['src/rabbitmq/x.ts', '../messages/message-transport.js', null],
+  ['src/rabbitmq/x.ts', '../http/http-transport.js', 'src/rabbitmq must not import the HTTP edge (src/http)'],
+  ['src/rabbitmq/x.ts', 'typeorm', 'src/rabbitmq must not import the database (ORM or driver)'],
+  ['src/protocol/x.ts', '../messages/message-transport.js', 'src/protocol must not import the message consumers'],
+  ['src/idempotency.module.ts', './rabbitmq/index.js', 'src/ must not import the RabbitMQ consumers'],
   ['test/unit/x.spec.ts', '../../src/http/idempotency-http.js', null],
 ];
 // Every way a module is named: import, type import, re-export, dynamic import, import type.

@@ -8,6 +8,7 @@ import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { HttpTransport } from './http/http-transport.js';
 import { IdempotencyInterceptor } from './protocol/idempotency.interceptor.js';
 import { IdempotencyTransports } from './protocol/idempotency-transports.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from './protocol/idempotency.tokens.js';
 import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
@@ -54,7 +55,8 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
     { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
     { provide: ONE_MODULE_CHECKED, inject: [ModulesContainer], useFactory: refuseMoreThanOne },
   ],
-  exports: [IdempotencyService, IdempotencyContext, IdempotencyTransports],
+  // The transports of other rooms' modules register in `IdempotencyTransports`, and read the module's options.
+  exports: [IdempotencyService, IdempotencyContext, IdempotencyTransports, IDEMPOTENCY_MODULE_OPTIONS],
 })
 export class IdempotencyModule {
   // The builder's methods, typed so that the compiler asks for `store` (which has no default), on this module.

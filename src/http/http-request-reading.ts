@@ -28,11 +28,14 @@ export function parseIdempotencyKey(
   // Node.js (under Express and Fastify alike) joins a header sent twice into one value with `, `, which no key
   // holds (no spaces): `a, b`, or `, b` when the first was empty. An empty header alone is a key sent empty.
   if (Array.isArray(headerValue) || headerValue.includes(', ')) {
-    throw new IdempotencyKeyInvalidError(headerName, 'it was sent more than once (or holds a comma-separated list)');
+    throw new IdempotencyKeyInvalidError(
+      `${headerName} header`,
+      'it was sent more than once (or holds a comma-separated list)',
+    );
   }
   const key = headerValue.startsWith('"') ? unquoteStructuredString(headerValue, headerName) : headerValue;
   const fault = keyFault(key);
-  if (fault !== undefined) throw new IdempotencyKeyInvalidError(headerName, fault);
+  if (fault !== undefined) throw new IdempotencyKeyInvalidError(`${headerName} header`, fault);
   return key;
 }
 
@@ -43,20 +46,20 @@ function unquoteStructuredString(value: string, headerName: string): string {
     if (char === '\\') {
       const escaped = value[i + 1];
       if (escaped !== '"' && escaped !== '\\') {
-        throw new IdempotencyKeyInvalidError(headerName, 'a quoted key may only escape " and \\');
+        throw new IdempotencyKeyInvalidError(`${headerName} header`, 'a quoted key may only escape " and \\');
       }
       key += escaped;
       i += 1;
     } else if (char === '"') {
       if (i !== value.length - 1) {
-        throw new IdempotencyKeyInvalidError(headerName, 'it has characters after the closing quote');
+        throw new IdempotencyKeyInvalidError(`${headerName} header`, 'it has characters after the closing quote');
       }
       return key;
     } else {
       key += char;
     }
   }
-  throw new IdempotencyKeyInvalidError(headerName, 'its opening quote is never closed');
+  throw new IdempotencyKeyInvalidError(`${headerName} header`, 'its opening quote is never closed');
 }
 
 /** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */

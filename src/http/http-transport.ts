@@ -102,7 +102,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     const { policy, http } = plan;
     const key = parseIdempotencyKey(request.headers[http.headerName.toLowerCase()], http.headerName);
     if (key === undefined) {
-      if (http.required) throw new IdempotencyKeyRequiredError(http.headerName);
+      if (http.required) throw new IdempotencyKeyRequiredError(`${http.headerName} header`);
       return undefined;
     }
     return {

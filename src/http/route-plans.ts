@@ -13,7 +13,7 @@ import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../protoc
 import type { HttpIdempotencyModuleOptions, HttpIdempotentOptions } from './http-options.interface.js';
 import { type HttpRoutePolicy, resolveHttpPolicy } from './http-policy.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
-import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
+import { HandlerPlans } from '../protocol/handler-plans.js';
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 export interface RoutePlan {
@@ -34,37 +34,20 @@ export interface RoutePlan {
 
 /** The plans of the application's routes, each read once from its metadata (`@Idempotent()` and Nest's own). */
 export class RoutePlans {
-  /** Per controller class, then per handler: an inherited handler is shared by the classes that inherit it. */
-  private readonly plans = new WeakMap<object, WeakMap<object, RoutePlan | null>>();
+  private readonly plans: HandlerPlans<RoutePlan, ProtocolIdempotentOptions & HttpIdempotentOptions>;
 
-  constructor(
-    private readonly reflector: Reflector,
-    private readonly options: ProtocolModuleOptions & HttpIdempotencyModuleOptions,
-  ) {}
+  constructor(reflector: Reflector, options: ProtocolModuleOptions & HttpIdempotencyModuleOptions) {
+    this.plans = new HandlerPlans(reflector, (routeOptions, context) => ({
+      policy: resolvePolicy(options, routeOptions),
+      http: resolveHttpPolicy(options, routeOptions),
+      ...responseHandlingOf(context.getClass(), context.getHandler()),
+      version: versionOf(reflector.getAllAndOverride(VERSION_METADATA, [context.getHandler(), context.getClass()])),
+    }));
+  }
 
   /** The plan of the route `context` runs, or `null` when the route is not idempotent. */
   planFor(context: ExecutionContext): RoutePlan | null {
-    const [controller, handler] = [context.getClass(), context.getHandler()];
-    let plans = this.plans.get(controller);
-    if (!plans) this.plans.set(controller, (plans = new WeakMap()));
-    let plan = plans.get(handler);
-    if (plan === undefined) {
-      const [methodOptions, classOptions] = this.reflector.getAll<
-        ((ProtocolIdempotentOptions & HttpIdempotentOptions) | undefined)[]
-      >(IDEMPOTENT_METADATA, [handler, controller]);
-      const routeOptions = { ...classOptions, ...methodOptions };
-      plan =
-        methodOptions || classOptions
-          ? {
-              policy: resolvePolicy(this.options, routeOptions),
-              http: resolveHttpPolicy(this.options, routeOptions),
-              ...responseHandlingOf(controller, handler),
-              version: versionOf(this.reflector.getAllAndOverride(VERSION_METADATA, [handler, controller])),
-            }
-          : null;
-      plans.set(handler, plan);
-    }
-    return plan;
+    return this.plans.planFor(context);
   }
 }
 

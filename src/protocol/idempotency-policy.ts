@@ -87,11 +87,17 @@ export function resolveReplayCacheLimits({ replayCache = {} }: ProtocolModuleOpt
   };
 }
 
+/**
+ * The policy of a route (or handler, or operation): its options over the module's, over `transportDefaults` (a
+ * transport's own defaults where the protocol's do not suit its calls, such as message consumers waiting for an
+ * attempt in flight).
+ */
 export function resolvePolicy(
   moduleOptions: ProtocolModuleOptions,
   routeOptions: ProtocolIdempotentOptions = {},
+  transportDefaults: ProtocolIdempotentOptions = {},
 ): IdempotencyPolicy {
-  const options = { ...moduleOptions, ...withoutUndefined(routeOptions) };
+  const options = { ...transportDefaults, ...withoutUndefined(moduleOptions), ...withoutUndefined(routeOptions) };
   return {
     transactional: boolean('transactional', options.transactional ?? false),
     inFlight: oneOf('inFlight', options.inFlight ?? 'conflict', ['conflict', 'wait'] as const),

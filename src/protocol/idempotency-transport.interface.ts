@@ -31,10 +31,19 @@ export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCa
    * none is required). A call that cannot be served is refused by throwing an `IdempotencyError`.
    */
   read(context: ExecutionContext): Promise<Call | undefined>;
+  /**
+   * How a call `read` let through runs. Default: as it is (`next.handle()`). A message consumer still settles the
+   * message of an idempotent handler it runs unguarded (one without a key, where the application allows it).
+   */
+  letThrough?(context: ExecutionContext, next: CallHandler): Observable<unknown>;
   /** Answers the call with its stored outcome. */
   replay(call: Call, stored: StoredResponse): Observable<unknown> | Promise<Observable<unknown>>;
   /** Runs the handler (`next`) under the claim `run`, and ends the claim with its outcome, once. */
   run(call: Call, run: IdempotencyRun, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>>;
-  /** What the call's client gets for `error` (thrown into Nest's pipeline); `call` is undefined when it was not read. */
+  /**
+   * What the call's client gets for `error`: an error thrown into Nest's pipeline, or an Observable that answers for
+   * it (a message consumer answers a refused event with nothing, having settled its message). `call` is undefined
+   * when it was not read.
+   */
   refusal(error: IdempotencyError, call: Call | undefined, context: ExecutionContext): unknown;
 }

@@ -27,18 +27,19 @@ export class IdempotencyError extends Error {
   }
 }
 
+/** `keyName` says where the key is expected: `Idempotency-Key header` (HTTP), `messageId property` (a message). */
 export class IdempotencyKeyRequiredError extends IdempotencyError {
-  constructor(headerName: string) {
+  constructor(keyName: string) {
     super(
       'idempotency_key_required',
-      `This endpoint requires an ${headerName} header: send a unique key per operation and reuse it on every retry.`,
+      `This endpoint requires an ${keyName}: send a unique key per operation and reuse it on every retry.`,
     );
   }
 }
 
 export class IdempotencyKeyInvalidError extends IdempotencyError {
-  constructor(headerName: string, reason: string) {
-    super('idempotency_key_invalid', `The ${headerName} header is invalid: ${reason}.`);
+  constructor(keyName: string, reason: string) {
+    super('idempotency_key_invalid', `The ${keyName} is invalid: ${reason}.`);
   }
 }
 

@@ -1,5 +1,5 @@
 import { type CallHandler, type ExecutionContext, Injectable, type NestInterceptor } from '@nestjs/common';
-import type { Observable } from 'rxjs';
+import { isObservable, type Observable } from 'rxjs';
 import { IdempotencyError } from './idempotency.errors.js';
 import { IdempotencyTransports } from './idempotency-transports.js';
 import type { IdempotentCall, IdempotencyTransport } from './idempotency-transport.interface.js';
@@ -30,13 +30,16 @@ export class IdempotencyInterceptor implements NestInterceptor {
     let call: IdempotentCall | undefined;
     try {
       call = await transport.read(context);
-      if (!call) return next.handle();
+      if (!call) return transport.letThrough ? transport.letThrough(context, next) : next.handle();
       const decision = await this.idempotency.begin(call.scope, call.fingerprint, call.policy, call.terms);
       return await (decision.action === 'replay'
         ? transport.replay(call, decision.response)
         : transport.run(call, decision.run, next));
     } catch (error) {
-      throw error instanceof IdempotencyError ? transport.refusal(error, call, context) : error;
+      if (!(error instanceof IdempotencyError)) throw error;
+      const answer = transport.refusal(error, call, context);
+      if (isObservable(answer)) return answer;
+      throw answer;
     }
   }
 }

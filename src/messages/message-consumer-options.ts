@@ -1,0 +1,46 @@
+import { RpcException } from '@nestjs/microservices';
+import { callable, nonEmptyString, oneOf } from '../protocol/option-checks.js';
+import { describedValue } from '../protocol/described-value.js';
+import type { MessageConsumerOptions, MessageKeySource } from './message-options.interface.js';
+
+/** A consumer transport's options, checked, with their defaults. */
+export interface ResolvedConsumerOptions<Context> {
+  key: MessageKeySource<Context>;
+  withoutKey: 'reject' | 'run';
+  isFinalError: (error: unknown) => boolean;
+}
+
+/** An `RpcException` is how a handler answers its caller with an error: its outcome, not a fault to retry. */
+export function isFinalErrorByDefault(error: unknown): boolean {
+  return error instanceof RpcException;
+}
+
+/** Checks a consumer transport's options (at start-up), and fills in the defaults, `defaultKey` the broker's. */
+export function resolveConsumerOptions<Context>(
+  options: MessageConsumerOptions<Context>,
+  defaultKey: MessageKeySource<Context>,
+): ResolvedConsumerOptions<Context> {
+  return {
+    key: checkKeySource(options.key ?? defaultKey),
+    withoutKey: oneOf('withoutKey', options.withoutKey ?? 'reject', ['reject', 'run'] as const),
+    isFinalError: callable('isFinalError', options.isFinalError ?? isFinalErrorByDefault),
+  };
+}
+
+function checkKeySource<Context>(key: MessageKeySource<Context>): MessageKeySource<Context> {
+  if (typeof key === 'function') return key;
+  if (typeof key === 'object' && key !== null) {
+    if ('property' in key && !('header' in key)) return { property: nonEmptyString('key.property', key.property) };
+    if ('header' in key && !('property' in key)) return { header: nonEmptyString('key.header', key.header) };
+  }
+  throw new RangeError(
+    'Idempotency option key must be { property: name }, { header: name } or a function of the payload and context ' +
+      `that returns the key, got ${describedValue(key)}`,
+  );
+}
+
+/** How refusals and logs name where a message's key is. */
+export function keyNameOf<Context>(key: MessageKeySource<Context>): string {
+  if (typeof key === 'function') return 'key (from the key function)';
+  return 'property' in key ? `${key.property} property` : `${key.header} header`;
+}

@@ -1,0 +1,16 @@
+/**
+ * One delivery of a message, as its broker's transport sees it: where its key may be, and how it is settled. The
+ * message transport settles each delivery once, after its outcome is stored or its claim released.
+ */
+export interface MessageDelivery {
+  /** A property of the message (AMQP's `messageId`), as text; `undefined` when it has none. */
+  property(name: string): string | undefined;
+  /** A header of the message, as text; `undefined` when it has none. */
+  header(name: string): string | undefined;
+  /** Done with: the broker forgets it. */
+  ack(): void;
+  /** Not done: the broker delivers it again after `delayMs` (to this consumer or another), counting the delivery. */
+  retryLater(delayMs: number): void;
+  /** Never to be done: the broker dead-letters it (or drops it without a dead-letter target), and never redelivers it. */
+  reject(): void;
+}

@@ -1,0 +1,253 @@
+import { createHash } from 'node:crypto';
+import { type CallHandler, type ExecutionContext, Logger, type Type } from '@nestjs/common';
+import type { Reflector } from '@nestjs/core';
+import { type BaseRpcContext, RpcException } from '@nestjs/microservices';
+import { PATTERN_HANDLER_METADATA } from '@nestjs/microservices/constants.js';
+import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
+import { EMPTY, lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
+import { canonicalJson } from '../shared/canonical-json.js';
+import { resolveAccount } from '../protocol/account-resolution.js';
+import { runWithin } from '../protocol/current-run.js';
+import { HandlerPlans } from '../protocol/handler-plans.js';
+import {
+  type IdempotencyError,
+  IdempotencyAccountUnresolvedError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyRequiredError,
+  type KeyTerms,
+} from '../protocol/idempotency.errors.js';
+import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
+import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
+import type { IdempotencyService } from '../protocol/idempotency.service.js';
+import { keyFault } from '../protocol/scope-values.js';
+import type { AttemptOutcome } from '../protocol/claim-ending.js';
+import type { MessageDelivery } from './message-delivery.interface.js';
+import { type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
+import { type ResolvedConsumerOptions, keyNameOf } from './message-consumer-options.js';
+import { SettledOnce } from './settled-once.js';
+
+/** What a message transport knows of an idempotent handler once. */
+interface MessagePlan {
+  policy: IdempotencyPolicy;
+  /** `@MessagePattern()`: its caller waits for a reply. `@EventPattern()`: nobody does. */
+  request: boolean;
+  /** Who consumes: two handlers of one message each process it once. */
+  consumer: string;
+}
+
+/** An idempotent message, as read. */
+interface MessageCall extends IdempotentCall {
+  plan: MessagePlan;
+  delivery: SettledOnce;
+}
+
+/**
+ * Consumers wait for a duplicate's attempt in flight (within `inFlightWaitSeconds`) before they give its message back
+ * to the broker: a short first attempt then costs the duplicate no delivery, and a long one ties up no prefetch slot
+ * for longer than that.
+ */
+const CONSUMER_DEFAULTS = { inFlight: 'wait' } as const;
+
+/**
+ * A message consumer's transport, whichever the broker (each broker's room says how its context is recognized, where
+ * a message's pattern, properties and headers are, and how it is settled). The message's key is where the application
+ * said; its fingerprint is its payload; its scope is (account, broker, pattern and consumer, key). The message is
+ * acknowledged once its outcome is stored (or replayed), given back to the broker to be redelivered later when its
+ * attempt failed or could not claim, and rejected (dead-lettered) when it can never be run.
+ */
+export abstract class MessageTransport<Context extends BaseRpcContext> implements IdempotencyTransport<MessageCall> {
+  protected readonly logger = new Logger('Idempotency');
+  private readonly plans: HandlerPlans<MessagePlan>;
+  /** Each message's delivery, settled once, whichever of `run`, `replay`, `refusal` or `letThrough` settles it. */
+  private readonly deliveries = new WeakMap<object, SettledOnce>();
+  private readonly warnedWithoutKey = new Set<string>();
+
+  protected constructor(
+    /** How scopes and logs name the broker, e.g. `rabbitmq`. */
+    private readonly broker: string,
+    private readonly contextClass: Type<Context>,
+    reflector: Reflector,
+    private readonly idempotency: IdempotencyService,
+    moduleOptions: ProtocolModuleOptions,
+    private readonly options: ResolvedConsumerOptions<Context>,
+  ) {
+    this.plans = new HandlerPlans(reflector, (handlerOptions, context) => ({
+      policy: resolvePolicy(moduleOptions, handlerOptions, CONSUMER_DEFAULTS),
+      request: Reflect.getMetadata(PATTERN_HANDLER_METADATA, context.getHandler()) === PatternHandler.MESSAGE,
+      consumer: `${context.getClass().name}.${context.getHandler().name}`,
+    }));
+  }
+
+  /** The message's pattern, as its handler was chosen by. */
+  protected abstract patternOf(context: Context): string;
+  /** The message's delivery: its properties and headers, and how it is settled. */
+  protected abstract deliveryOf(context: Context): MessageDelivery;
+
+  serves(context: ExecutionContext): boolean {
+    return context.getType() === 'rpc' && context.switchToRpc().getContext() instanceof this.contextClass;
+  }
+
+  async read(context: ExecutionContext): Promise<MessageCall | undefined> {
+    const plan = this.plans.planFor(context);
+    if (!plan) return undefined;
+    const rpc = context.switchToRpc();
+    const [payload, messageContext] = [rpc.getData<unknown>(), rpc.getContext<Context>()];
+    const delivery = this.deliveryFor(context);
+    const keyName = keyNameOf(this.options.key);
+    const pattern = this.patternOf(messageContext);
+    const key = this.keyOf(payload, messageContext, delivery);
+    if (key === undefined) {
+      if (this.options.withoutKey === 'reject') throw new IdempotencyKeyRequiredError(keyName);
+      this.warnRunWithoutKey(pattern, keyName);
+      return undefined;
+    }
+    const fault = keyFault(key);
+    if (fault !== undefined) throw new IdempotencyKeyInvalidError(keyName, fault);
+    const { policy } = plan;
+    const account = await resolveAccount(context, policy, {
+      isAnswer: (error) => error instanceof RpcException,
+      unresolved: (reason) => {
+        this.logger.error(`The accountResolver gave no account for a message to ${plan.consumer}: ${reason}.`);
+        return new IdempotencyAccountUnresolvedError();
+      },
+    });
+    return {
+      plan,
+      policy,
+      scope: { account, endpoint: `${this.broker} ${pattern} ${plan.consumer}`, key },
+      fingerprint: createHash('sha256').update(canonicalJson(payload)).digest('hex'),
+      terms: { key: keyName, usedWith: 'payload' } satisfies KeyTerms,
+      delivery,
+    };
+  }
+
+  /** A stored outcome: the message is done, and a waiting caller gets the same reply (or error) as the first. */
+  replay({ plan, delivery }: MessageCall, stored: StoredResponse): Observable<unknown> {
+    delivery.ack();
+    const outcome = outcomeOf(stored);
+    if (outcome.kind === 'value') return of(outcome.value);
+    return plan.request ? throwError(() => new RpcException(outcome.error as object)) : EMPTY;
+  }
+
+  async run(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+    const { plan, policy, delivery, scope } = call;
+    const ended = await this.handled(next, run);
+    const outcome = this.finalOutcome(ended);
+    const attempt: AttemptOutcome = {
+      response: outcome && storedOutcome(outcome),
+      failed: ended.status === 'failed',
+    };
+    // A refusal (the outcome could not be committed) goes to `refusal`, which settles the message.
+    const refused = await this.idempotency.finish(run, attempt, policy);
+    if (refused) throw refused;
+    if (outcome) {
+      delivery.ack();
+      return ended.status === 'done' ? of(ended.value) : throwError(() => ended.error);
+    }
+    return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as { error: unknown }).error);
+  }
+
+  /** An idempotent handler run without a key (`withoutKey: 'run'`): its message is settled as a guarded one's. */
+  letThrough(context: ExecutionContext, next: CallHandler): Observable<unknown> {
+    const plan = this.plans.planFor(context);
+    if (!plan) return next.handle();
+    return new Observable<unknown>((subscriber) => {
+      void this.handled(next).then((ended) => {
+        const delivery = this.deliveryFor(context);
+        const final = this.finalOutcome(ended) !== undefined;
+        const answer = final
+          ? (delivery.ack(), ended.status === 'done' ? of(ended.value) : throwError(() => ended.error))
+          : this.redeliverAfterFailure(plan, delivery, plan.consumer, (ended as { error: unknown }).error);
+        answer.subscribe(subscriber);
+      });
+    });
+  }
+
+  /**
+   * A refusal settles the message: one that may succeed later (in progress, the store unavailable, shutting down)
+   * is given back to be redelivered after `retryAfterSeconds`; one that never will (a key reused with another
+   * payload, no key, an invalid key) is rejected, so that the broker dead-letters it. A request's caller gets the
+   * latter as an `RpcException` (`{ code, message }`), and keeps waiting through the former, for the reply of the
+   * delivery that runs.
+   */
+  refusal(error: IdempotencyError, call: MessageCall | undefined, context: ExecutionContext): unknown {
+    const delivery = call?.delivery ?? this.deliveryFor(context);
+    const request = (call?.plan ?? this.plans.planFor(context))?.request ?? false;
+    const where = call?.scope.endpoint ?? `${this.broker} ${this.patternOf(context.switchToRpc().getContext())}`;
+    if (error.retryAfterSeconds !== undefined) {
+      const delayMs = error.code === 'idempotency_shutting_down' ? 0 : error.retryAfterSeconds * 1000;
+      delivery.retryLater(delayMs);
+      return request ? NEVER : EMPTY;
+    }
+    this.logger.warn(`A message to ${where} was rejected (${error.code}): ${error.message}`);
+    delivery.reject();
+    return request ? new RpcException({ code: error.code, message: error.message }) : EMPTY;
+  }
+
+  private deliveryFor(context: ExecutionContext): SettledOnce {
+    const messageContext = context.switchToRpc().getContext<Context>();
+    let delivery = this.deliveries.get(messageContext);
+    if (!delivery) {
+      delivery = new SettledOnce(this.deliveryOf(messageContext), this.logger);
+      this.deliveries.set(messageContext, delivery);
+    }
+    return delivery;
+  }
+
+  private keyOf(payload: unknown, context: Context, delivery: MessageDelivery): string | undefined {
+    const { key } = this.options;
+    if (typeof key === 'function') return key(payload, context);
+    return 'property' in key ? delivery.property(key.property) : delivery.header(key.header);
+  }
+
+  /** Runs the handler's pipeline to its end (within `run`, when guarded): its last value, or its error. */
+  private async handled(next: CallHandler, run?: IdempotencyRun): Promise<HandlerEnd> {
+    const pipeline = run
+      ? new Observable((subscriber) => runWithin(run, () => next.handle().subscribe(subscriber)))
+      : next.handle();
+    try {
+      return { status: 'done', value: await lastValueFrom(pipeline, { defaultValue: undefined }) };
+    } catch (error) {
+      return { status: 'failed', error };
+    }
+  }
+
+  /** The outcome to store, or `undefined` when the handler failed in a way a redelivery may not. */
+  private finalOutcome(ended: HandlerEnd): MessageOutcome | undefined {
+    if (ended.status === 'done') return { kind: 'value', value: ended.value };
+    return this.options.isFinalError(ended.error) ? { kind: 'error', error: storableError(ended.error) } : undefined;
+  }
+
+  /**
+   * A handler that failed, not for good: its claim is released, and its message redelivered after `retryAfterSeconds`
+   * (counting toward the broker's delivery limit). A request's caller keeps waiting for the reply of the delivery
+   * that succeeds.
+   */
+  private redeliverAfterFailure(
+    plan: MessagePlan,
+    delivery: SettledOnce,
+    where: string,
+    error: unknown,
+  ): Observable<unknown> {
+    const { retryAfterSeconds } = plan.policy;
+    this.logger.warn(
+      `The handler of a message to ${where} failed; it is redelivered in ${retryAfterSeconds} s: ${error}`,
+    );
+    delivery.retryLater(retryAfterSeconds * 1000);
+    return plan.request ? NEVER : EMPTY;
+  }
+
+  private warnRunWithoutKey(pattern: string, keyName: string): void {
+    if (this.warnedWithoutKey.has(pattern)) return;
+    this.warnedWithoutKey.add(pattern);
+    this.logger.warn(
+      `Messages to ${this.broker} ${pattern} without a key (${keyName}) run unguarded (withoutKey: 'run'): a ` +
+        'redelivery of one runs its handler again.',
+    );
+  }
+}
+
+type HandlerEnd = { status: 'done'; value: unknown } | { status: 'failed'; error: unknown };

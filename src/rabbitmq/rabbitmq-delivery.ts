@@ -1,0 +1,64 @@
+import type { RmqContext } from '@nestjs/microservices';
+import type { MessageDelivery } from '../messages/message-delivery.interface.js';
+
+/** The fields of amqplib's message that a delivery reads and settles by. */
+interface AmqpMessage {
+  properties: Record<string, unknown> & { headers?: Record<string, unknown> };
+}
+
+/** The channel methods that settle a message (amqplib's, on the channel Nest's server consumes from). */
+interface AmqpChannel {
+  ack(message: AmqpMessage): void;
+  nack(message: AmqpMessage, allUpTo?: boolean, requeue?: boolean): void;
+}
+
+/**
+ * A message of Nest's RabbitMQ server (`Transport.RMQ` with `noAck: false`), settled on the channel it came on. A
+ * message given back is requeued (`nack` with requeue), which a quorum queue counts toward its `delivery-limit`;
+ * the delay before it is kept here, on an unreferenced timer: RabbitMQ has no delayed requeue, and a process that
+ * exits meanwhile leaves the message unacknowledged, which the broker redelivers all the same.
+ */
+export class RabbitMqDelivery implements MessageDelivery {
+  private readonly message: AmqpMessage;
+  private readonly channel: AmqpChannel;
+
+  constructor(context: RmqContext) {
+    this.message = context.getMessage() as AmqpMessage;
+    this.channel = context.getChannelRef() as AmqpChannel;
+  }
+
+  property(name: string): string | undefined {
+    return textOf(this.message.properties[name]);
+  }
+
+  header(name: string): string | undefined {
+    return textOf(this.message.properties.headers?.[name]);
+  }
+
+  ack(): void {
+    this.channel.ack(this.message);
+  }
+
+  retryLater(delayMs: number): void {
+    if (delayMs <= 0) return this.channel.nack(this.message, false, true);
+    setTimeout(() => {
+      try {
+        this.channel.nack(this.message, false, true);
+      } catch {
+        // The channel closed meanwhile: the broker redelivers the message it never saw settled.
+      }
+    }, delayMs).unref();
+  }
+
+  reject(): void {
+    this.channel.nack(this.message, false, false);
+  }
+}
+
+/** A property or header as text: AMQP carries strings, numbers and byte arrays; anything else is no key. */
+function textOf(value: unknown): string | undefined {
+  if (typeof value === 'string') return value;
+  if (typeof value === 'number' || typeof value === 'bigint') return String(value);
+  if (Buffer.isBuffer(value)) return value.toString('utf8');
+  return undefined;
+}

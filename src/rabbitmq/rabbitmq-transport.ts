@@ -1,0 +1,42 @@
+import { Inject, Injectable } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { RmqContext } from '@nestjs/microservices';
+import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
+import { IdempotencyService } from '../protocol/idempotency.service.js';
+import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
+import { resolveConsumerOptions } from '../messages/message-consumer-options.js';
+import { MessageTransport } from '../messages/message-transport.js';
+import type { IdempotencyRabbitMqOptions } from './idempotency-rabbitmq-options.interface.js';
+import { RABBITMQ_OPTIONS } from './idempotency-rabbitmq.module-definition.js';
+import { RabbitMqDelivery } from './rabbitmq-delivery.js';
+
+/** Messages of Nest's RabbitMQ server (`RmqContext`): scoped as `rabbitmq <pattern> <Consumer.method>`. */
+@Injectable()
+export class RabbitMqTransport extends MessageTransport<RmqContext> {
+  constructor(
+    reflector: Reflector,
+    idempotency: IdempotencyService,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions,
+    @Inject(RABBITMQ_OPTIONS) options: IdempotencyRabbitMqOptions,
+    transports: IdempotencyTransports,
+  ) {
+    super(
+      'rabbitmq',
+      RmqContext,
+      reflector,
+      idempotency,
+      moduleOptions,
+      resolveConsumerOptions(options, { property: 'messageId' }),
+    );
+    transports.register(this);
+  }
+
+  protected patternOf(context: RmqContext): string {
+    return context.getPattern();
+  }
+
+  protected deliveryOf(context: RmqContext): RabbitMqDelivery {
+    return new RabbitMqDelivery(context);
+  }
+}
