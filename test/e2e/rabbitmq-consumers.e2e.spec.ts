@@ -1,0 +1,199 @@
+import { Controller } from '@nestjs/common';
+import {
+  Ctx,
+  EventPattern,
+  MessagePattern,
+  Payload,
+  RmqContext,
+  RmqRecordBuilder,
+  RpcException,
+} from '@nestjs/microservices';
+import { firstValueFrom } from 'rxjs';
+import { DataSource } from 'typeorm';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import { Gate } from '../support/gate.js';
+import {
+  rabbitmq,
+  rabbitMqClient,
+  startRabbitMqConsumer,
+  type TestConsumer,
+  useTestQueue,
+} from '../support/rabbitmq.js';
+import { describeWith } from '../support/required-service.js';
+import { useTestDatabase } from '../support/test-database.js';
+import { statusOf, WORK_LOG, workRowsOf } from '../support/work-log.js';
+import { waitFor } from '../support/wait-for.js';
+
+/** What the handlers do for a payload's `mode`: fail (once, or for good), or wait at a gate. */
+const failedOnce = new Set<string>();
+const gates = new Map<string, Gate>();
+
+interface Payout {
+  amount: number;
+  mode?: 'fail-once' | 'final' | 'gated';
+}
+
+@Controller()
+class PayoutsConsumer {
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly postgres: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Idempotent()
+  @EventPattern('payout.requested')
+  async pay(@Payload() payout: Payout): Promise<void> {
+    await this.work(payout);
+  }
+
+  @Idempotent()
+  @MessagePattern('payout.quote')
+  async quote(@Payload() payout: Payout): Promise<{ quoted: number; run: number }> {
+    return { quoted: payout.amount * 2, run: await this.work(payout) };
+  }
+
+  /** One row in work_log per run, through the run's transaction when it has one. */
+  private async work(payout: Payout): Promise<number> {
+    const key = this.idempotency.run?.scope.key ?? 'unguarded';
+    if (payout.mode === 'fail-once' && !failedOnce.has(key)) {
+      failedOnce.add(key);
+      throw new Error('the payment provider timed out');
+    }
+    if (payout.mode === 'final') throw new RpcException({ reason: 'insufficient_funds' });
+    if (payout.mode === 'gated') await gates.get(key)?.pass();
+    const manager = this.postgres.manager ?? this.dataSource.manager;
+    const [{ id }] = (await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [key])) as Array<{
+      id: number;
+    }>;
+    return id;
+  }
+}
+
+describeWith(rabbitmq, 'RabbitMQ consumers', () => {
+  const db = useTestDatabase(WORK_LOG);
+
+  describe.each([
+    ['standard', false],
+    ['transactional', true],
+  ])('%s mode', (_mode, transactional) => {
+    const queue = useTestQueue();
+    let consumer: TestConsumer;
+
+    beforeAll(async () => {
+      consumer = await startRabbitMqConsumer(
+        {
+          database: db,
+          pool: { max: 5 },
+          idempotency: { singleTenant: true, transactional, retryAfterSeconds: 0.2, inFlightWaitSeconds: 10 },
+          controllers: [PayoutsConsumer],
+        },
+        queue,
+      );
+    });
+    afterAll(() => consumer.close());
+
+    const key = (name: string) => `${name}-${transactional ? 'tx' : 'std'}`;
+    const runsOf = async (name: string) => (await workRowsOf(db, key(name))).length;
+    const completed = (name: string) =>
+      waitFor(async () => ((await statusOf(db, key(name))) === 'completed' ? true : undefined), `${name} stored`);
+    /** No message waits to be delivered (the last test checks that none was left unacknowledged). */
+    const allSettled = () => waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'an empty queue');
+
+    it('runs an event delivered twice once, and acknowledges both deliveries', async () => {
+      await queue.publish('payout.requested', { amount: 10 }, { messageId: key('event-twice') });
+      await completed('event-twice');
+      await queue.publish('payout.requested', { amount: 10 }, { messageId: key('event-twice') });
+      await allSettled();
+      expect(await runsOf('event-twice')).toBe(1);
+    });
+
+    it('answers a request sent twice with the one reply of its one run', async () => {
+      const client = await rabbitMqClient(queue);
+      try {
+        const send = () =>
+          firstValueFrom(
+            client.send(
+              'payout.quote',
+              new RmqRecordBuilder({ amount: 21 }).setOptions({ messageId: key('request-twice') }).build(),
+            ),
+          );
+        const first = await send();
+        const second = await send();
+        expect(first).toEqual({ quoted: 42, run: expect.any(Number) });
+        expect(second).toEqual(first);
+        expect(await runsOf('request-twice')).toBe(1);
+      } finally {
+        await client.close();
+      }
+    });
+
+    it('redelivers a message whose handler failed, and runs it once when it succeeds', async () => {
+      await queue.publish('payout.requested', { amount: 5, mode: 'fail-once' }, { messageId: key('fails-once') });
+      await completed('fails-once');
+      await allSettled();
+      expect(await runsOf('fails-once')).toBe(1);
+      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('it is redelivered in 0.2 s'));
+    });
+
+    it('stores a final error, acknowledges it, and answers its redelivery with the same error', async () => {
+      const client = await rabbitMqClient(queue);
+      try {
+        const send = () =>
+          firstValueFrom(
+            client.send(
+              'payout.quote',
+              new RmqRecordBuilder({ amount: 1, mode: 'final' }).setOptions({ messageId: key('final') }).build(),
+            ),
+          );
+        await expect(send()).rejects.toEqual({ reason: 'insufficient_funds' });
+        expect(await statusOf(db, key('final'))).toBe('completed');
+        await expect(send()).rejects.toEqual({ reason: 'insufficient_funds' });
+        await allSettled();
+      } finally {
+        await client.close();
+      }
+    });
+
+    it('dead-letters a message without a key, and one whose key was used with another payload', async () => {
+      await queue.publish('payout.requested', { amount: 3 });
+      await queue.publish('payout.requested', { amount: 3 }, { messageId: key('reused') });
+      await completed('reused');
+      await queue.publish('payout.requested', { amount: 4 }, { messageId: key('reused') });
+      const dead = await waitFor(async () => {
+        const taken = await queue.takeDeadLetters();
+        return taken.length > 0 ? taken : undefined;
+      }, 'dead letters');
+      const more =
+        dead.length < 2
+          ? await waitFor(async () => {
+              const taken = await queue.takeDeadLetters();
+              return taken.length > 0 ? taken : undefined;
+            }, 'the second dead letter')
+          : [];
+      expect([...dead, ...more].map(({ data }) => data)).toEqual(
+        expect.arrayContaining([{ amount: 3 }, { amount: 4 }]),
+      );
+      expect(await runsOf('reused')).toBe(1);
+    });
+
+    it('holds a duplicate that arrives while the first delivery runs, and acknowledges it with the outcome', async () => {
+      const gate = new Gate();
+      gates.set(key('in-flight'), gate);
+      await queue.publish('payout.requested', { amount: 7, mode: 'gated' }, { messageId: key('in-flight') });
+      await gate.reached;
+      await queue.publish('payout.requested', { amount: 7, mode: 'gated' }, { messageId: key('in-flight') });
+      await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the duplicate to be delivered');
+      gate.release();
+      await completed('in-flight');
+      await allSettled();
+      expect(await runsOf('in-flight')).toBe(1);
+    });
+
+    it('left no message unacknowledged: none comes back to the queue when the consumer closes', async () => {
+      await consumer.close();
+      expect(await queue.ready()).toBe(0);
+    });
+  });
+});

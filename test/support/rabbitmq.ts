@@ -1,0 +1,131 @@
+import { randomBytes } from 'node:crypto';
+import type { INestMicroservice } from '@nestjs/common';
+import { ClientRMQ, type MicroserviceOptions, Transport } from '@nestjs/microservices';
+import amqp from 'amqplib';
+import { IdempotencyRabbitMqModule, type IdempotencyRabbitMqOptions } from '../../src/rabbitmq/index.js';
+import type { RecordingLogger } from './recording-logger.js';
+import { compileTestModule, type TestModuleOptions } from './test-app.js';
+import { madeBeforeAll } from './made-before-all.js';
+import { requireService } from './required-service.js';
+
+/** The broker of the suites on RabbitMQ: `RABBITMQ_URL`, by default the one that runs beside PostgreSQL here and in CI. */
+export const RABBITMQ_URL = process.env.RABBITMQ_URL ?? 'amqp://guest:guest@127.0.0.1:5672';
+
+export const rabbitmq = await requireService('RabbitMQ', async () => {
+  try {
+    const connection = await amqp.connect(RABBITMQ_URL, { timeout: 3_000 });
+    await connection.close();
+    return undefined;
+  } catch (error) {
+    return `RabbitMQ cannot be reached at ${RABBITMQ_URL} (set RABBITMQ_URL): ${(error as Error).message}`;
+  }
+});
+
+/**
+ * A quorum queue of the test file's own, with its dead-letter queue: what a consumer of the module's is meant to
+ * consume (a quorum queue counts deliveries, and dead-letters a message past `x-delivery-limit` or rejected). Nest's
+ * server asserts the queue with `queueOptions`, which must match these arguments.
+ */
+export interface TestQueue {
+  name: string;
+  deadLetters: string;
+  queueOptions: { durable: true; arguments: Record<string, unknown> };
+  /** Publishes a message as Nest's RabbitMQ client would an event: `{ pattern, data }`, with AMQP `properties`. */
+  publish(pattern: string, data: unknown, properties?: amqp.Options.Publish): Promise<void>;
+  /** Messages ready in the queue (not delivered, or given back and not yet redelivered). */
+  ready(): Promise<number>;
+  /** The payloads of the messages dead-lettered so far, taken off the dead-letter queue. */
+  takeDeadLetters(): Promise<Array<{ pattern: string; data: unknown }>>;
+}
+
+export function useTestQueue(deliveryLimit = 5): TestQueue {
+  return madeBeforeAll(
+    async () => {
+      const name = `idempotency_test_${randomBytes(6).toString('hex')}`;
+      const deadLetters = `${name}_dead`;
+      const queueOptions = {
+        durable: true as const,
+        arguments: {
+          'x-queue-type': 'quorum',
+          'x-delivery-limit': deliveryLimit,
+          'x-dead-letter-exchange': '',
+          'x-dead-letter-routing-key': deadLetters,
+        },
+      };
+      const connection = await amqp.connect(RABBITMQ_URL);
+      const channel = await connection.createConfirmChannel();
+      await channel.assertQueue(deadLetters, { durable: true });
+      await channel.assertQueue(name, queueOptions);
+      return {
+        name,
+        deadLetters,
+        queueOptions,
+        connection,
+        channel,
+        async publish(pattern: string, data: unknown, properties: amqp.Options.Publish = {}) {
+          channel.sendToQueue(name, Buffer.from(JSON.stringify({ pattern, data })), {
+            persistent: true,
+            ...properties,
+          });
+          await channel.waitForConfirms();
+        },
+        async ready() {
+          return (await channel.checkQueue(name)).messageCount;
+        },
+        async takeDeadLetters() {
+          const taken: Array<{ pattern: string; data: unknown }> = [];
+          for (let message = await channel.get(deadLetters, { noAck: true }); message;) {
+            taken.push(JSON.parse(message.content.toString()) as { pattern: string; data: unknown });
+            message = await channel.get(deadLetters, { noAck: true });
+          }
+          return taken;
+        },
+      };
+    },
+    async ({ channel, connection, name, deadLetters }) => {
+      await channel.deleteQueue(name);
+      await channel.deleteQueue(deadLetters);
+      await connection.close();
+    },
+  );
+}
+
+/** A consumer of `queue`: the test module of `options` with `IdempotencyRabbitMqModule`, on Nest's RabbitMQ server. */
+export async function startRabbitMqConsumer(
+  options: TestModuleOptions,
+  queue: TestQueue,
+  consumerOptions: IdempotencyRabbitMqOptions = {},
+): Promise<TestConsumer> {
+  const { moduleRef, logger } = await compileTestModule({
+    ...options,
+    imports: [IdempotencyRabbitMqModule.forRoot(consumerOptions), ...(options.imports ?? [])],
+  });
+  const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
+    transport: Transport.RMQ,
+    options: {
+      urls: [RABBITMQ_URL],
+      queue: queue.name,
+      queueOptions: queue.queueOptions,
+      noAck: false,
+      prefetchCount: 10,
+    },
+    logger,
+  });
+  await app.listen();
+  let closed: Promise<void> | undefined;
+  return { app, logger, close: () => (closed ??= app.close()) };
+}
+
+export interface TestConsumer {
+  app: INestMicroservice;
+  logger: RecordingLogger;
+  /** Closes the consumer (its channel: what it has not acknowledged goes back to the queue); once, however often called. */
+  close(): Promise<void>;
+}
+
+/** Nest's RabbitMQ client on `queue`, for requests (`send`) whose replies come back on its reply queue. */
+export async function rabbitMqClient(queue: TestQueue): Promise<ClientRMQ> {
+  const client = new ClientRMQ({ urls: [RABBITMQ_URL], queue: queue.name, queueOptions: queue.queueOptions });
+  await client.connect();
+  return client;
+}
