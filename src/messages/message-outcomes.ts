@@ -1,3 +1,4 @@
+import { RpcException } from '@nestjs/microservices';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 
 /**
@@ -29,8 +30,7 @@ export function outcomeOf(stored: StoredResponse): MessageOutcome {
 
 /** What of an error a final outcome stores: an `RpcException`'s error (what its caller gets), or the error's message. */
 export function storableError(error: unknown): unknown {
-  const rpcError = (error as { getError?: () => unknown } | null)?.getError;
-  if (typeof rpcError === 'function') return rpcError.call(error);
+  if (error instanceof RpcException) return error.getError();
   if (error instanceof Error) return { name: error.name, message: error.message };
   return error;
 }

@@ -196,4 +196,73 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
       expect(await queue.ready()).toBe(0);
     });
   });
+
+  describe('two consumers on one queue', () => {
+    const queue = useTestQueue();
+    const consumers: TestConsumer[] = [];
+
+    beforeAll(async () => {
+      for (let i = 0; i < 2; i += 1) {
+        consumers.push(
+          await startRabbitMqConsumer(
+            {
+              database: db,
+              pool: { max: 4 },
+              idempotency: { singleTenant: true, transactional: true, retryAfterSeconds: 0.2 },
+              controllers: [PayoutsConsumer],
+            },
+            queue,
+            { prefetchCount: 1 },
+          ),
+        );
+      }
+    });
+    afterAll(() => Promise.all(consumers.map((consumer) => consumer.close())));
+
+    it('runs a message once when its duplicate reaches the other consumer while the first runs', async () => {
+      const gate = new Gate();
+      gates.set('two-consumers', gate);
+      await queue.publish('payout.requested', { amount: 9, mode: 'gated' }, { messageId: 'two-consumers' });
+      await gate.reached;
+      // The first consumer holds the first delivery (prefetch 1), so the broker hands the duplicate to the other.
+      await queue.publish('payout.requested', { amount: 9, mode: 'gated' }, { messageId: 'two-consumers' });
+      await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the duplicate to be delivered');
+      gate.release();
+      await waitFor(async () => ((await statusOf(db, 'two-consumers')) === 'completed' ? true : undefined), 'stored');
+      await Promise.all(consumers.map((consumer) => consumer.close()));
+      expect(await queue.ready()).toBe(0);
+      expect(await workRowsOf(db, 'two-consumers')).toHaveLength(1);
+    });
+  });
+
+  describe('keys from a function, and messages without one run unguarded', () => {
+    const queue = useTestQueue();
+    let consumer: TestConsumer;
+
+    beforeAll(async () => {
+      consumer = await startRabbitMqConsumer(
+        {
+          database: db,
+          pool: { max: 4 },
+          idempotency: { singleTenant: true },
+          controllers: [PayoutsConsumer],
+        },
+        queue,
+        { key: (payload) => (payload as { payoutId?: string }).payoutId, withoutKey: 'run' },
+      );
+    });
+    afterAll(() => consumer.close());
+
+    it('takes the key from the payload, and runs a message without one with a warning, acknowledged', async () => {
+      await queue.publish('payout.requested', { amount: 2, payoutId: 'from-payload' });
+      await queue.publish('payout.requested', { amount: 2, payoutId: 'from-payload' });
+      await queue.publish('payout.requested', { amount: 2 });
+      await waitFor(async () => ((await workRowsOf(db, 'unguarded')).length === 1 ? true : undefined), 'the run');
+      await waitFor(async () => ((await statusOf(db, 'from-payload')) === 'completed' ? true : undefined), 'stored');
+      await consumer.close();
+      expect(await queue.ready()).toBe(0);
+      expect(await workRowsOf(db, 'from-payload')).toHaveLength(1);
+      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining("run unguarded (withoutKey: 'run')"));
+    });
+  });
 });

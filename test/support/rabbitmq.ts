@@ -94,11 +94,12 @@ export function useTestQueue(deliveryLimit = 5): TestQueue {
 export async function startRabbitMqConsumer(
   options: TestModuleOptions,
   queue: TestQueue,
-  consumerOptions: IdempotencyRabbitMqOptions = {},
+  consumerOptions: IdempotencyRabbitMqOptions & { prefetchCount?: number } = {},
 ): Promise<TestConsumer> {
+  const { prefetchCount = 10, ...transportOptions } = consumerOptions;
   const { moduleRef, logger } = await compileTestModule({
     ...options,
-    imports: [IdempotencyRabbitMqModule.forRoot(consumerOptions), ...(options.imports ?? [])],
+    imports: [IdempotencyRabbitMqModule.forRoot(transportOptions), ...(options.imports ?? [])],
   });
   const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
     transport: Transport.RMQ,
@@ -107,7 +108,7 @@ export async function startRabbitMqConsumer(
       queue: queue.name,
       queueOptions: queue.queueOptions,
       noAck: false,
-      prefetchCount: 10,
+      prefetchCount,
     },
     logger,
   });

@@ -1,0 +1,55 @@
+import { RpcException } from '@nestjs/microservices';
+import { keyNameOf, resolveConsumerOptions } from '../../src/messages/message-consumer-options.js';
+import { outcomeOf, storableError, storedOutcome } from '../../src/messages/message-outcomes.js';
+
+describe('message consumer options', () => {
+  it('fill in the broker key, rejection of keyless messages, and RpcException as the final error', () => {
+    const options = resolveConsumerOptions({}, { property: 'messageId' });
+    expect(options.key).toEqual({ property: 'messageId' });
+    expect(options.withoutKey).toBe('reject');
+    expect(options.isFinalError(new RpcException('no'))).toBe(true);
+    expect(options.isFinalError(new Error('timeout'))).toBe(false);
+  });
+
+  it.each([
+    [{ key: { property: '' } }, /key.property/],
+    [{ key: { property: 'a', header: 'b' } }, /must be \{ property: name \}/],
+    [{ key: 'messageId' }, /must be \{ property: name \}/],
+    [{ withoutKey: 'drop' }, /withoutKey/],
+    [{ isFinalError: true }, /isFinalError/],
+  ])('refuse %j at start-up', (options, message) => {
+    expect(() => resolveConsumerOptions(options as never, { property: 'messageId' })).toThrow(message);
+  });
+
+  it('name where the key is, for refusals and logs', () => {
+    expect(keyNameOf({ property: 'messageId' })).toBe('messageId property');
+    expect(keyNameOf({ header: 'Nats-Msg-Id' })).toBe('Nats-Msg-Id header');
+    expect(keyNameOf(() => undefined)).toBe('key (from the key function)');
+  });
+});
+
+describe('message outcomes', () => {
+  it.each([[{ paid: 3, to: ['a'] }], ['text'], [0], [null], [undefined]])(
+    'store and read back the value %j',
+    (value) => {
+      expect(outcomeOf(storedOutcome({ kind: 'value', value }))).toEqual({ kind: 'value', value });
+    },
+  );
+
+  it('store a final error and read it back', () => {
+    const error = storableError(new RpcException({ reason: 'insufficient_funds' }));
+    expect(outcomeOf(storedOutcome({ kind: 'error', error }))).toEqual({
+      kind: 'error',
+      error: { reason: 'insufficient_funds' },
+    });
+  });
+
+  it('keep of an error that is not an RpcException its name and message', () => {
+    expect(storableError(new TypeError('bad payout'))).toEqual({ name: 'TypeError', message: 'bad payout' });
+  });
+
+  it('store a value as the JSON Nest sends for it, so that a replay sends the same bytes', () => {
+    const value = { b: 1, a: [1.5, 'x'] };
+    expect(storedOutcome({ kind: 'value', value }).body.toString()).toBe(JSON.stringify(value));
+  });
+});
