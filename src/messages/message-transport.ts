@@ -14,6 +14,7 @@ import {
   IdempotencyAccountUnresolvedError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
+  IdempotencyStoreUnavailableError,
   type KeyTerms,
 } from '../protocol/idempotency.errors.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
@@ -23,7 +24,7 @@ import type { StoredResponse } from '../protocol/idempotency-store.interface.js'
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import { keyFault } from '../protocol/scope-values.js';
-import type { AttemptOutcome } from '../protocol/claim-ending.js';
+import { describedValue } from '../protocol/described-value.js';
 import type { MessageDelivery } from './message-delivery.interface.js';
 import { type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
 import { type ResolvedConsumerOptions, keyNameOf } from './message-consumer-options.js';
@@ -98,7 +99,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     const delivery = this.deliveryFor(context);
     const keyName = keyNameOf(this.options.key);
     const pattern = this.patternOf(messageContext);
-    const key = this.keyOf(payload, messageContext, delivery);
+    const key = this.keyOf(payload, messageContext, delivery, keyName);
     if (key === undefined) {
       if (this.options.withoutKey === 'reject') throw new IdempotencyKeyRequiredError(keyName);
       this.warnRunWithoutKey(pattern, keyName);
@@ -134,20 +135,28 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
 
   async run(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
     const { plan, policy, delivery, scope } = call;
-    const ended = await this.handled(next, run);
-    const outcome = this.finalOutcome(ended);
-    const attempt: AttemptOutcome = {
-      response: outcome && storedOutcome(outcome),
-      failed: ended.status === 'failed',
-    };
-    // A refusal (the outcome could not be committed) goes to `refusal`, which settles the message.
-    const refused = await this.idempotency.finish(run, attempt, policy);
-    if (refused) throw refused;
-    if (outcome) {
-      delivery.ack();
-      return ended.status === 'done' ? of(ended.value) : throwError(() => ended.error);
+    let ended = await this.handled(next, run);
+    // An event's value reaches nobody: only that it ran is stored.
+    if (ended.status === 'done' && !plan.request) ended = { status: 'done', value: undefined };
+    let outcome = this.finalOutcome(ended);
+    let response: StoredResponse | undefined;
+    try {
+      response = outcome && storedOutcome(outcome);
+    } catch (error) {
+      // A reply that is not JSON (a cycle, a BigInt), which Nest could not send either.
+      [ended, outcome] = [{ status: 'failed', error }, undefined];
     }
-    return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as { error: unknown }).error);
+    const refused = await this.idempotency
+      .finish(run, { response, failed: ended.status === 'failed' }, policy)
+      .catch((error: unknown) => {
+        this.logger.error(`Ending the claim of a message to ${scope.endpoint} failed; it is redelivered: ${error}`);
+        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      });
+    // A refusal (the outcome could not be committed) goes to `refusal`, which settles the message.
+    if (refused) throw refused;
+    if (!outcome) return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as FailedEnd).error);
+    delivery.ack();
+    return ended.status === 'done' ? of(ended.value) : throwError(() => ended.error);
   }
 
   /** An idempotent handler run without a key (`withoutKey: 'run'`): its message is settled as a guarded one's. */
@@ -160,7 +169,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
         const final = this.finalOutcome(ended) !== undefined;
         const answer = final
           ? (delivery.ack(), ended.status === 'done' ? of(ended.value) : throwError(() => ended.error))
-          : this.redeliverAfterFailure(plan, delivery, plan.consumer, (ended as { error: unknown }).error);
+          : this.redeliverAfterFailure(plan, delivery, plan.consumer, (ended as FailedEnd).error);
         answer.subscribe(subscriber);
       });
     });
@@ -197,10 +206,20 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return delivery;
   }
 
-  private keyOf(payload: unknown, context: Context, delivery: MessageDelivery): string | undefined {
+  /** The message's key, `undefined` when it has none; one the key function cannot give is invalid. */
+  private keyOf(payload: unknown, context: Context, delivery: MessageDelivery, keyName: string): string | undefined {
     const { key } = this.options;
-    if (typeof key === 'function') return key(payload, context);
-    return 'property' in key ? delivery.property(key.property) : delivery.header(key.header);
+    if (typeof key !== 'function') {
+      return 'property' in key ? delivery.property(key.property) : delivery.header(key.header);
+    }
+    let found: unknown;
+    try {
+      found = key(payload, context);
+    } catch (error) {
+      throw new IdempotencyKeyInvalidError(keyName, `the key function threw ${error}`);
+    }
+    if (found === undefined || typeof found === 'string') return found;
+    throw new IdempotencyKeyInvalidError(keyName, `the key function returned ${describedValue(found)}, not a string`);
   }
 
   /** Runs the handler's pipeline to its end (within `run`, when guarded): its last value, or its error. */
@@ -250,4 +269,5 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   }
 }
 
-type HandlerEnd = { status: 'done'; value: unknown } | { status: 'failed'; error: unknown };
+type FailedEnd = { status: 'failed'; error: unknown };
+type HandlerEnd = { status: 'done'; value: unknown } | FailedEnd;

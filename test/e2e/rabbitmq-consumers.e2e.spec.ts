@@ -90,14 +90,20 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
     const runsOf = async (name: string) => (await workRowsOf(db, key(name))).length;
     const completed = (name: string) =>
       waitFor(async () => ((await statusOf(db, key(name))) === 'completed' ? true : undefined), `${name} stored`);
-    /** No message waits to be delivered (the last test checks that none was left unacknowledged). */
-    const allSettled = () => waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'an empty queue');
+    // Deliveries whose processing has ended since the test began (each is settled by then).
+    let handledBefore = 0;
+    beforeEach(() => (handledBefore = consumer.handled.count));
+    const handled = (deliveries: number) =>
+      waitFor(
+        async () => (consumer.handled.count - handledBefore >= deliveries ? true : undefined),
+        `${deliveries} deliveries handled`,
+      );
 
     it('runs an event delivered twice once, and acknowledges both deliveries', async () => {
       await queue.publish('payout.requested', { amount: 10 }, { messageId: key('event-twice') });
       await completed('event-twice');
       await queue.publish('payout.requested', { amount: 10 }, { messageId: key('event-twice') });
-      await allSettled();
+      await handled(2);
       expect(await runsOf('event-twice')).toBe(1);
     });
 
@@ -124,7 +130,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
     it('redelivers a message whose handler failed, and runs it once when it succeeds', async () => {
       await queue.publish('payout.requested', { amount: 5, mode: 'fail-once' }, { messageId: key('fails-once') });
       await completed('fails-once');
-      await allSettled();
+      await handled(2);
       expect(await runsOf('fails-once')).toBe(1);
       expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('it is redelivered in 0.2 s'));
     });
@@ -142,7 +148,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
         await expect(send()).rejects.toEqual({ reason: 'insufficient_funds' });
         expect(await statusOf(db, key('final'))).toBe('completed');
         await expect(send()).rejects.toEqual({ reason: 'insufficient_funds' });
-        await allSettled();
+        await handled(2);
       } finally {
         await client.close();
       }
@@ -179,7 +185,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
       await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the duplicate to be delivered');
       gate.release();
       await completed('in-flight');
-      await allSettled();
+      await handled(2);
       expect(await runsOf('in-flight')).toBe(1);
     });
 
@@ -220,7 +226,8 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
       await queue.publish('payout.requested', { amount: 9, mode: 'gated' }, { messageId: 'two-consumers' });
       await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the duplicate to be delivered');
       gate.release();
-      await waitFor(async () => ((await statusOf(db, 'two-consumers')) === 'completed' ? true : undefined), 'stored');
+      const ended = () => consumers.reduce((sum, { handled }) => sum + handled.count, 0);
+      await waitFor(async () => (ended() === 2 ? true : undefined), 'both deliveries handled');
       await Promise.all(consumers.map((consumer) => consumer.close()));
       expect(await queue.ready()).toBe(0);
       expect(await workRowsOf(db, 'two-consumers')).toHaveLength(1);
@@ -249,12 +256,27 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
       await queue.publish('payout.requested', { amount: 2, payoutId: 'from-payload' });
       await queue.publish('payout.requested', { amount: 2, payoutId: 'from-payload' });
       await queue.publish('payout.requested', { amount: 2 });
-      await waitFor(async () => ((await workRowsOf(db, 'unguarded')).length === 1 ? true : undefined), 'the run');
-      await waitFor(async () => ((await statusOf(db, 'from-payload')) === 'completed' ? true : undefined), 'stored');
-      await consumer.close();
-      expect(await queue.ready()).toBe(0);
+      await waitFor(async () => (consumer.handled.count === 3 ? true : undefined), 'the three deliveries handled');
+      expect(await workRowsOf(db, 'unguarded')).toHaveLength(1);
       expect(await workRowsOf(db, 'from-payload')).toHaveLength(1);
       expect(consumer.logger.warnings).toContainEqual(expect.stringContaining("run unguarded (withoutKey: 'run')"));
+    });
+
+    it('dead-letters a message whose key the function cannot give', async () => {
+      await queue.publish('payout.requested', { amount: 2, payoutId: 42 });
+      const dead = await waitFor(async () => {
+        const taken = await queue.takeDeadLetters();
+        return taken.length > 0 ? taken : undefined;
+      }, 'the dead letter');
+      expect(dead).toEqual([{ pattern: 'payout.requested', data: { amount: 2, payoutId: 42 } }]);
+      expect(consumer.logger.warnings).toContainEqual(
+        expect.stringContaining('the key function returned the number 42, not a string'),
+      );
+    });
+
+    it('left no message unacknowledged', async () => {
+      await consumer.close();
+      expect(await queue.ready()).toBe(0);
     });
   });
 });

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto';
 import type { INestMicroservice } from '@nestjs/common';
-import { ClientRMQ, type MicroserviceOptions, Transport } from '@nestjs/microservices';
+import { ClientRMQ, type MicroserviceOptions, ServerRMQ } from '@nestjs/microservices';
 import amqp from 'amqplib';
 import { IdempotencyRabbitMqModule, type IdempotencyRabbitMqOptions } from '../../src/rabbitmq/index.js';
 import type { RecordingLogger } from './recording-logger.js';
@@ -101,24 +101,26 @@ export async function startRabbitMqConsumer(
     ...options,
     imports: [IdempotencyRabbitMqModule.forRoot(transportOptions), ...(options.imports ?? [])],
   });
-  const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
-    transport: Transport.RMQ,
-    options: {
-      urls: [RABBITMQ_URL],
-      queue: queue.name,
-      queueOptions: queue.queueOptions,
-      noAck: false,
-      prefetchCount,
-    },
-    logger,
+  const server = new ServerRMQ({
+    urls: [RABBITMQ_URL],
+    queue: queue.name,
+    queueOptions: queue.queueOptions,
+    noAck: false,
+    prefetchCount,
   });
+  const handled = { count: 0 };
+  // Nest's end of a message's processing: after its pipeline (and so the module's settlement of it) has ended.
+  server.setOnProcessingEndHook(() => (handled.count += 1));
+  const app = moduleRef.createNestMicroservice<MicroserviceOptions>({ strategy: server, logger });
   await app.listen();
   let closed: Promise<void> | undefined;
-  return { app, logger, close: () => (closed ??= app.close()) };
+  return { app, logger, handled, close: () => (closed ??= app.close()) };
 }
 
 export interface TestConsumer {
   app: INestMicroservice;
+  /** How many messages' processing has ended (the module settles a message before that). */
+  handled: { readonly count: number };
   logger: RecordingLogger;
   /** Closes the consumer (its channel: what it has not acknowledged goes back to the queue); once, however often called. */
   close(): Promise<void>;
