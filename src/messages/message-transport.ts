@@ -46,11 +46,13 @@ interface MessageCall extends IdempotentCall {
 }
 
 /**
- * Consumers wait for a duplicate's attempt in flight (within `inFlightWaitSeconds`) before they give its message back
- * to the broker: a short first attempt then costs the duplicate no delivery, and a long one ties up no prefetch slot
- * for longer than that.
+ * What consumers do by default where HTTP's defaults do not suit them. They wait for a duplicate's attempt in flight
+ * (within `inFlightWaitSeconds`) before they give its message back: a short first attempt then costs the duplicate no
+ * delivery, and a long one ties up a prefetch slot no longer than that. Their lease is short (renewed every third of
+ * it while the handler runs): after a crash in standard mode, its redeliveries find the key in progress until the
+ * lease lapses, and each costs a delivery of the queue's limit (a quorum queue's `x-delivery-limit`).
  */
-const CONSUMER_DEFAULTS = { inFlight: 'wait' } as const;
+const CONSUMER_DEFAULTS = { inFlight: 'wait', leaseSeconds: 15 } as const;
 
 /**
  * A message consumer's transport, whichever the broker (each broker's room says how its context is recognized, where

@@ -120,3 +120,19 @@ describe('the module-only options that are not numbers', () => {
     );
   });
 });
+
+describe("a transport's defaults (consumers: inFlight 'wait', a 15 s lease)", () => {
+  const consumerDefaults = { inFlight: 'wait', leaseSeconds: 15 } as const;
+
+  it('apply where neither the module nor the handler sets the option', () => {
+    const policy = resolvePolicy({ leaseSeconds: undefined }, {}, consumerDefaults);
+    expect(policy.inFlight).toBe('wait');
+    expect(policy.leaseSeconds).toBe(15);
+  });
+
+  it("give way to the module's options, and those to the handler's", () => {
+    expect(resolvePolicy({ leaseSeconds: 30 }, {}, consumerDefaults).leaseSeconds).toBe(30);
+    expect(resolvePolicy({ inFlight: 'conflict' }, { inFlight: 'wait' }, consumerDefaults).inFlight).toBe('wait');
+    expect(resolvePolicy({ inFlight: 'conflict' }, {}, consumerDefaults).inFlight).toBe('conflict');
+  });
+});
