@@ -7,7 +7,7 @@ import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum
 import { EMPTY, lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
 import { canonicalJson } from '../shared/canonical-json.js';
 import { resolveAccount } from '../protocol/account-resolution.js';
-import { runWithin } from '../protocol/current-run.js';
+import { runUnguarded, runWithin } from '../protocol/current-run.js';
 import { HandlerPlans } from '../protocol/handler-plans.js';
 import {
   type IdempotencyError,
@@ -224,11 +224,12 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     throw new IdempotencyKeyInvalidError(keyName, `the key function returned ${describedValue(found)}, not a string`);
   }
 
-  /** Runs the handler's pipeline to its end (within `run`, when guarded): its last value, or its error. */
+  /** Runs the handler's pipeline to its end, within `run` (unguarded without one): its last value, or its error. */
   private async handled(next: CallHandler, run?: IdempotencyRun): Promise<HandlerEnd> {
-    const pipeline = run
-      ? new Observable((subscriber) => runWithin(run, () => next.handle().subscribe(subscriber)))
-      : next.handle();
+    const pipeline = new Observable((subscriber) => {
+      const subscribe = () => next.handle().subscribe(subscriber);
+      return run ? runWithin(run, subscribe) : runUnguarded(subscribe);
+    });
     try {
       return { status: 'done', value: await lastValueFrom(pipeline, { defaultValue: undefined }) };
     } catch (error) {

@@ -1,11 +1,21 @@
 import { Controller } from '@nestjs/common';
-import { EventPattern, MessagePattern, Payload, RmqRecordBuilder, RpcException } from '@nestjs/microservices';
+import {
+  EventPattern,
+  MessagePattern,
+  type MicroserviceOptions,
+  Payload,
+  RmqRecordBuilder,
+  RpcException,
+  Transport,
+} from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
 import { Gate } from '../support/gate.js';
 import {
+  RABBITMQ_URL,
   rabbitmq,
   rabbitMqClient,
   startRabbitMqConsumer,
@@ -13,6 +23,7 @@ import {
   useTestQueue,
 } from '../support/rabbitmq.js';
 import { describeWith } from '../support/required-service.js';
+import { startTestApp } from '../support/test-app.js';
 import { useTestDatabase } from '../support/test-database.js';
 import { statusOf, WORK_LOG, workRowsOf } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
@@ -276,6 +287,52 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
 
     it('left no message unacknowledged', async () => {
       await consumer.close();
+      expect(await queue.ready()).toBe(0);
+    });
+  });
+
+  describe('in a hybrid application', () => {
+    const queue = useTestQueue();
+    const startHybrid = (inheritAppConfig: boolean) =>
+      startTestApp({
+        database: db,
+        pool: { max: 3 },
+        idempotency: { singleTenant: true },
+        controllers: [PayoutsConsumer],
+        imports: [IdempotencyRabbitMqModule.forRoot()],
+        listen: false,
+        configure: async (app) => {
+          app.connectMicroservice<MicroserviceOptions>(
+            {
+              transport: Transport.RMQ,
+              options: { urls: [RABBITMQ_URL], queue: queue.name, queueOptions: queue.queueOptions, noAck: false },
+            },
+            { inheritAppConfig },
+          );
+          await app.startAllMicroservices();
+        },
+      });
+
+    it('refuses to run a message the module did not claim (connected without inheritAppConfig), naming the fix', async () => {
+      const hybrid = await startHybrid(false);
+      try {
+        await queue.publish('payout.requested', { amount: 8 }, { messageId: 'hybrid' });
+        await waitFor(async () => (hybrid.logger.errors.length > 0 ? true : undefined), 'the refusal');
+        expect(hybrid.logger.errors[0]).toContain('connectMicroservice(options, { inheritAppConfig: true })');
+        expect(await workRowsOf(db, 'hybrid')).toHaveLength(0);
+      } finally {
+        await hybrid.close();
+      }
+    });
+
+    it('runs it once connected with inheritAppConfig: true, and acknowledges it', async () => {
+      const hybrid = await startHybrid(true);
+      try {
+        await waitFor(async () => ((await statusOf(db, 'hybrid')) === 'completed' ? true : undefined), 'stored');
+        expect(await workRowsOf(db, 'hybrid')).toHaveLength(1);
+      } finally {
+        await hybrid.close();
+      }
       expect(await queue.ready()).toBe(0);
     });
   });
