@@ -1,13 +1,5 @@
 import { Controller } from '@nestjs/common';
-import {
-  Ctx,
-  EventPattern,
-  MessagePattern,
-  Payload,
-  RmqContext,
-  RmqRecordBuilder,
-  RpcException,
-} from '@nestjs/microservices';
+import { EventPattern, MessagePattern, Payload, RmqRecordBuilder, RpcException } from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext } from '../../src/index.js';
@@ -64,9 +56,9 @@ class PayoutsConsumer {
     if (payout.mode === 'final') throw new RpcException({ reason: 'insufficient_funds' });
     if (payout.mode === 'gated') await gates.get(key)?.pass();
     const manager = this.postgres.manager ?? this.dataSource.manager;
-    const [{ id }] = (await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [key])) as Array<{
-      id: number;
-    }>;
+    const [{ id }] = await manager.query<Array<{ id: number }>>('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      key,
+    ]);
     return id;
   }
 }
