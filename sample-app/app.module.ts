@@ -3,7 +3,9 @@ import { APP_GUARD } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyModule } from '../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
-import { ApiKeyGuard, type AuthenticatedRequest } from './auth/api-key.guard.js';
+import { accountOf } from './auth/account-of.js';
+import { ApiKeyGuard } from './auth/api-key.guard.js';
+import { payoutBrokers } from './brokers/payout-brokers.js';
 import { Charge } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesService } from './charges/charges.service.js';
@@ -13,6 +15,7 @@ import { PageController } from './page/page.controller.js';
 import { CreateSampleSchema1764633600001 } from './migrations/create-sample-schema.migration.js';
 import { FakePaymentProvider, PAYMENT_PROVIDER, type PaymentProvider } from './payment-provider.js';
 import { PayoutJob } from './payouts/payout-job.entity.js';
+import { PayoutRequestsConsumer } from './payouts/payout-requests.consumer.js';
 import { PayoutWorker } from './payouts/payout-worker.js';
 import { PayoutsController } from './payouts/payouts.controller.js';
 import { Refund } from './refunds/refund.entity.js';
@@ -30,6 +33,7 @@ export class AppModule implements NestModule {
 
   /** `paymentProvider` replaces the fake provider (whose latency is `config.providerDelayMs`). */
   static forRoot(config: SampleConfig, paymentProvider?: PaymentProvider): DynamicModule {
+    const brokers = payoutBrokers(config);
     return {
       module: AppModule,
       imports: [
@@ -49,10 +53,18 @@ export class AppModule implements NestModule {
           transactional: config.transactional,
           inFlight: config.inFlight,
           shutdownTimeoutSeconds: config.shutdownTimeoutSeconds,
-          accountResolver: (context) => context.switchToHttp().getRequest<AuthenticatedRequest>().account,
+          accountResolver: accountOf,
         }),
+        ...brokers.map((broker) => broker.module),
       ],
-      controllers: [ChargesController, RefundsController, PayoutsController, HealthController, PageController],
+      controllers: [
+        ChargesController,
+        RefundsController,
+        PayoutsController,
+        HealthController,
+        PageController,
+        ...(brokers.length > 0 ? [PayoutRequestsConsumer] : []),
+      ],
       providers: [
         { provide: SAMPLE_CONFIG, useValue: config },
         paymentProvider

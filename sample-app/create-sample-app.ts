@@ -3,6 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { DataSource } from 'typeorm';
 import { AppModule } from './app.module.js';
+import { payoutBrokers } from './brokers/payout-brokers.js';
 import type { PaymentProvider } from './payment-provider.js';
 import type { SampleConfig } from './sample-config.js';
 
@@ -17,7 +18,10 @@ export interface SampleAppOptions {
   paymentProvider?: PaymentProvider;
 }
 
-/** Builds the charges app, on Express or on Fastify (`config.platform`), and brings its schema up to date; `listen()` is the caller's. */
+/**
+ * Builds the charges app, on Express or on Fastify (`config.platform`), brings its schema up to date, and starts
+ * consuming payout requests from the brokers `config` names; `listen()` is the caller's.
+ */
 export async function createSampleApp(config: SampleConfig, options: SampleAppOptions = {}): Promise<INestApplication> {
   const module = AppModule.forRoot(config, options.paymentProvider);
   // The fingerprint hashes the body bytes as received: `rawBody: true` on either platform.
@@ -27,6 +31,9 @@ export async function createSampleApp(config: SampleConfig, options: SampleAppOp
       ? await NestFactory.create(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), appOptions)
       : await NestFactory.create(module, appOptions);
   await runMigrations(app.get(DataSource));
+  // After the migrations: a message may arrive as soon as its consumer starts.
+  for (const broker of payoutBrokers(config)) await broker.connect(app);
+  await app.startAllMicroservices();
   return app;
 }
 

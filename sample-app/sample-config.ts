@@ -20,7 +20,14 @@ export interface SampleConfig {
   payoutPollMs: number;
   /** The HTTP platform the app runs on: Nest's default Express, or Fastify (`@nestjs/platform-fastify`). */
   platform: 'express' | 'fastify';
+  /** The RabbitMQ broker to consume payout requests from (`RABBITMQ_URL`, `PAYOUT_QUEUE`); none without a URL. */
+  rabbitmq?: { url: string; queue: string };
+  /** Test-only: where a payout message's consumer stops until it is killed (`SAMPLE_PAUSE_AT`, `test-pause.ts`). */
+  pauseAt?: PausePoint;
 }
+
+export const PAUSE_POINTS = ['before-claim', 'after-provider', 'before-ack'] as const;
+export type PausePoint = (typeof PAUSE_POINTS)[number];
 
 export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');
 
@@ -38,6 +45,8 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
     platform: choice(env, 'SAMPLE_PLATFORM', ['express', 'fastify'], 'express'),
+    rabbitmq: env.RABBITMQ_URL ? { url: env.RABBITMQ_URL, queue: env.PAYOUT_QUEUE || 'sample.payouts' } : undefined,
+    pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
 }
 

@@ -3,7 +3,7 @@ import { Reflector } from '@nestjs/core';
 import type { IncomingHttpHeaders } from 'node:http';
 import { ApiError } from '../api-errors.js';
 
-const API_KEY = /^sk_test_[A-Za-z0-9_]{1,64}$/;
+export const API_KEY = /^sk_test_[A-Za-z0-9_]{1,64}$/;
 const PUBLIC_ROUTE = 'sample:public';
 
 /** Marks a route that needs no API key. */
@@ -25,6 +25,8 @@ export class ApiKeyGuard implements CanActivate {
   constructor(private readonly reflector: Reflector) {}
 
   canActivate(context: ExecutionContext): boolean {
+    // A message is authenticated by the broker (its connection's credentials); its account is in its payload.
+    if (context.getType() === 'rpc') return true;
     if (this.reflector.getAllAndOverride<boolean>(PUBLIC_ROUTE, [context.getHandler(), context.getClass()]))
       return true;
     const request = context.switchToHttp().getRequest<AuthenticatedRequest>();

@@ -116,6 +116,15 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
         this.logger.error(`The accountResolver gave no account for a message to ${plan.consumer}: ${reason}.`);
         return new IdempotencyAccountUnresolvedError();
       },
+    }).catch((error: unknown) => {
+      // The resolver's own answer (an RpcException), thrown on to a request's caller: it refused the message for
+      // good, which is rejected (dead-lettered) like any refusal that never succeeds; left unsettled, it would hold
+      // its prefetch slot until the channel closed, and then be redelivered to the same answer.
+      if (error instanceof RpcException) {
+        this.logger.warn(`A message to ${plan.consumer} was rejected: the accountResolver answered ${error.message}`);
+        delivery.reject();
+      }
+      throw error;
     });
     return {
       plan,

@@ -77,6 +77,54 @@ class PayoutsConsumer {
 describeWith(rabbitmq, 'RabbitMQ consumers', () => {
   const db = useTestDatabase(WORK_LOG);
 
+  describe('an accountResolver that answers a message with an RpcException', () => {
+    const queue = useTestQueue();
+    let consumer: TestConsumer;
+
+    beforeAll(async () => {
+      consumer = await startRabbitMqConsumer(
+        {
+          database: db,
+          pool: { max: 3 },
+          idempotency: {
+            accountResolver: (context) => {
+              const { account } = context.switchToRpc().getData<{ account?: string }>();
+              if (account === undefined) throw new RpcException({ reason: 'no account' });
+              return account;
+            },
+          },
+          controllers: [PayoutsConsumer],
+        },
+        queue,
+      );
+    });
+    afterAll(() => consumer.close());
+
+    it('rejects the message (dead-lettered), and answers a request with the exception', async () => {
+      await queue.publish('payout.requested', { amount: 2 }, { messageId: 'no-account-event' });
+      const client = await rabbitMqClient(queue);
+      try {
+        const reply = firstValueFrom(
+          client.send(
+            'payout.quote',
+            new RmqRecordBuilder({ amount: 2 }).setOptions({ messageId: 'no-account' }).build(),
+          ),
+        );
+        await expect(reply).rejects.toEqual({ reason: 'no account' });
+      } finally {
+        await client.close();
+      }
+      const dead: unknown[] = [];
+      await waitFor(async () => {
+        dead.push(...(await queue.takeDeadLetters()).map(({ data }) => data));
+        return dead.length === 2 ? true : undefined;
+      }, 'both messages dead-lettered');
+      await consumer.close();
+      expect(await queue.ready()).toBe(0);
+      expect(await workRowsOf(db, 'unguarded')).toHaveLength(0);
+    });
+  });
+
   describe.each([
     ['standard', false],
     ['transactional', true],

@@ -52,8 +52,14 @@ export async function startSampleApp(
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
 /** The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL); `SAMPLE_PLATFORM` in `env` picks its platform. */
-export function spawnSampleApp(env: Record<string, string>): Promise<RunningApp & { child: ChildProcess }> {
+export function spawnSampleApp(env: Record<string, string>): Promise<SpawnedApp> {
   return spawnTypeScriptServer('sample-app/main.ts', env);
+}
+
+/** A child process of the app's: `output()` is all it printed so far, from its start, stdout and stderr. */
+export interface SpawnedApp extends RunningApp {
+  child: ChildProcess;
+  output(): string;
 }
 
 /**
@@ -64,7 +70,7 @@ export async function spawnTypeScriptServer(
   entry: string,
   env: Record<string, string>,
   nodeFlags: string[] = [],
-): Promise<RunningApp & { child: ChildProcess }> {
+): Promise<SpawnedApp> {
   const child = spawn(process.execPath, [...nodeFlags, '--import', './scripts/register-ts.mjs', entry], {
     cwd: ROOT,
     env: { ...process.env, NODE_OPTIONS: '', PORT: '0', ...env },
@@ -92,7 +98,7 @@ export async function spawnTypeScriptServer(
       reject(new Error(`${entry} exited with ${code} before listening:\n${output}`));
     });
   });
-  return { child, url: `http://127.0.0.1:${port}`, close: () => stopProcess(child) };
+  return { child, url: `http://127.0.0.1:${port}`, close: () => stopProcess(child), output: () => output };
 }
 
 /** A POST as `apiKey`, with `key` as Idempotency-Key when given; a string body is sent form-encoded. */

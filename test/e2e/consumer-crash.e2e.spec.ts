@@ -1,0 +1,175 @@
+import { randomBytes, randomUUID } from 'node:crypto';
+import { once } from 'node:events';
+import { Logger } from '@nestjs/common';
+import { ClientRMQ, RmqRecordBuilder } from '@nestjs/microservices';
+import amqp from 'amqplib';
+import { firstValueFrom, lastValueFrom } from 'rxjs';
+import { deadLettersOf, payoutQueueOptions } from '../../sample-app/brokers/rabbitmq-payouts.js';
+import type { PausePoint } from '../../sample-app/sample-config.js';
+import { type IdempotencyClaim, IdempotencyRun } from '../../src/index.js';
+import { RABBITMQ_URL, rabbitmq } from '../support/rabbitmq.js';
+import { RecordingLogger } from '../support/recording-logger.js';
+import { describeWith } from '../support/required-service.js';
+import { type SpawnedApp, spawnSampleApp } from '../support/sample-app.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+/**
+ * The sample app consuming payout requests from RabbitMQ (transactional mode) is SIGKILLed at each point of a message
+ * (`SAMPLE_PAUSE_AT` stops it there, event loop and all, until the kill), then started again: the broker redelivers
+ * the message, and after it there is one payout, one payout at the provider (under the key derived from the run), a
+ * completed record, nothing left unacknowledged, and a request's caller has the one reply. The restarted process
+ * takes a dead holder's claim over at once (its transaction died with it), though the lease is far longer than the
+ * test's bound.
+ */
+type Variant = 'event' | 'request';
+
+interface Held {
+  payouts: number;
+  providerPayouts: number;
+  record: 'in_progress' | 'completed' | null;
+}
+
+/** What the database holds while the process is stopped at each point. */
+const HELD_AT: Record<PausePoint, Held> = {
+  'before-claim': { payouts: 0, providerPayouts: 0, record: null },
+  // The provider paid; the payout row and the outcome are in the run's open transaction, which the kill rolls back.
+  'after-provider': { payouts: 0, providerPayouts: 1, record: 'in_progress' },
+  // Committed together; the message not yet acknowledged.
+  'before-ack': { payouts: 1, providerPayouts: 1, record: 'completed' },
+};
+
+const PATTERNS: Record<Variant, string> = { event: 'payouts.requested', request: 'payouts.create' };
+
+/** Far longer than the test may take: a restarted consumer that waited it out would fail it. */
+const LEASE_SECONDS = '600';
+/** From the kill to the redelivery settled by the restarted process (its start, a few seconds, included). */
+const REDELIVERY_BOUND_MS = 30_000;
+
+const cases: Array<[Variant, PausePoint]> = (['event', 'request'] as const).flatMap((variant) =>
+  (['before-claim', 'after-provider', 'before-ack'] as const).map((point): [Variant, PausePoint] => [variant, point]),
+);
+
+describeWith(rabbitmq, 'a payout consumer SIGKILLed at each point of a message, then restarted', () => {
+  let db: TestDatabase;
+  let broker: amqp.ChannelModel;
+  let channel: amqp.Channel;
+
+  beforeAll(async () => {
+    // What Nest's RabbitMQ client logs (each connection) is kept, not printed.
+    Logger.overrideLogger(new RecordingLogger());
+    db = await createTestDatabase();
+    broker = await amqp.connect(RABBITMQ_URL);
+    channel = await broker.createChannel();
+  });
+
+  afterAll(async () => {
+    await broker?.close();
+    await db?.drop();
+  });
+
+  async function heldFor(account: string): Promise<Held> {
+    const [row] = await db.query<Held>(
+      `SELECT (SELECT count(*)::int FROM payout_jobs WHERE account = $1) AS payouts,
+              (SELECT count(*)::int FROM provider_payouts WHERE account = $1) AS "providerPayouts",
+              (SELECT status FROM idempotency_records WHERE account = $1) AS record`,
+      [account],
+    );
+    return row;
+  }
+
+  it.each(cases)('%s, killed %s', async (variant, point) => {
+    const queue = `sample_payouts_crash_${randomBytes(6).toString('hex')}`;
+    const account = `sk_test_${variant}_${point.replace('-', '_')}`;
+    const key = randomUUID();
+    const env = {
+      DATABASE_URL: db.url,
+      // Three connections: the fewest with which a transactional claim takes the advisory lock a takeover relies on.
+      DATABASE_POOL_SIZE: '3',
+      RABBITMQ_URL,
+      PAYOUT_QUEUE: queue,
+      PAYOUT_WORKER: 'false',
+      IDEMPOTENCY_LEASE_SECONDS: LEASE_SECONDS,
+    };
+    const client = new ClientRMQ({ urls: [RABBITMQ_URL], queue, queueOptions: payoutQueueOptions(queue) });
+    let restarted: SpawnedApp | undefined;
+    try {
+      const doomed = await spawnSampleApp({ ...env, SAMPLE_PAUSE_AT: point });
+      await client.connect();
+      const record = new RmqRecordBuilder({ account, amount: 1500, currency: 'eur' })
+        .setOptions({ messageId: key, persistent: true })
+        .build();
+      const reply =
+        variant === 'request'
+          ? firstValueFrom(client.send<{ id: string }>(PATTERNS.request, record))
+          : lastValueFrom(client.emit(PATTERNS.event, record), { defaultValue: undefined }).then(() => undefined);
+      // A reply can only come after the acknowledgement, and so never from the doomed process.
+      let replied = false;
+      void reply.then(() => (replied = true)).catch(() => undefined);
+
+      await waitFor(
+        async () => (doomed.output().includes(`paused at ${point}`) ? true : undefined),
+        `a pause ${point}`,
+      );
+      await expect(heldFor(account)).resolves.toEqual(HELD_AT[point]);
+      const exited = once(doomed.child, 'exit');
+      const killedAt = Date.now();
+      doomed.child.kill('SIGKILL');
+      await exited;
+      if (variant === 'request') expect(replied).toBe(false);
+
+      restarted = await spawnSampleApp(env);
+      const output = () => (restarted as SpawnedApp).output();
+      await waitFor(
+        async () => (output().includes(`Message ${key} acknowledged`) ? true : undefined),
+        'the redelivery to be acknowledged',
+        REDELIVERY_BOUND_MS,
+      );
+      expect(Date.now() - killedAt).toBeLessThan(REDELIVERY_BOUND_MS);
+
+      await expect(heldFor(account)).resolves.toEqual({ payouts: 1, providerPayouts: 1, record: 'completed' });
+      const [payout] = await db.query<{ id: string; providerPayoutId: string; key: string }>(
+        'SELECT id, provider_payout_id AS "providerPayoutId", idempotency_key AS key FROM payout_jobs WHERE account = $1',
+        [account],
+      );
+      const [scope] = await db.query<IdempotencyClaim['scope']>(
+        'SELECT account, endpoint, idempotency_key AS key FROM idempotency_records WHERE account = $1',
+        [account],
+      );
+      const [atProvider] = await db.query<{ id: string; key: string }>(
+        'SELECT id, idempotency_key AS key FROM provider_payouts WHERE account = $1',
+        [account],
+      );
+      expect(scope).toEqual({ account, endpoint: `rabbitmq ${PATTERNS[variant]} ${consumerOf(variant)}`, key });
+      expect(atProvider.key).toBe(new IdempotencyRun({ scope } as IdempotencyClaim, false).deriveKey('provider'));
+      expect(payout).toEqual({ id: expect.any(String), providerPayoutId: atProvider.id, key });
+      if (variant === 'request') {
+        await expect(reply).resolves.toEqual({
+          id: payout.id,
+          object: 'payout',
+          amount: 1500,
+          currency: 'eur',
+          status: 'paid',
+        });
+      }
+      // Paid by the restarted process only where the doomed one had not committed.
+      expect(output().includes(`Paid ${payout.id}`)).toBe(point !== 'before-ack');
+
+      // Stopped gracefully, it gives back what it has not acknowledged: nothing.
+      const stopped = once(restarted.child, 'exit');
+      restarted.child.kill('SIGTERM');
+      await stopped;
+      expect((await channel.checkQueue(queue)).messageCount).toBe(0);
+      expect((await channel.checkQueue(deadLettersOf(queue))).messageCount).toBe(0);
+    } finally {
+      await client.close();
+      await restarted?.close();
+      await channel.deleteQueue(queue);
+      await channel.deleteQueue(deadLettersOf(queue));
+    }
+  });
+});
+
+function consumerOf(variant: Variant): string {
+  return `PayoutRequestsConsumer.${variant === 'event' ? 'requested' : 'create'}`;
+}
