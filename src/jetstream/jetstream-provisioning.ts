@@ -26,7 +26,7 @@ export async function provision(manager: JetStreamManager, options: JetStreamSer
     ack_wait: nanos((options.ackWaitSeconds ?? 30) * 1000),
     max_deliver: options.maxDeliver ?? 5,
     ...(options.backoffSeconds ? { backoff: options.backoffSeconds.map((seconds) => nanos(seconds * 1000)) } : {}),
-    ...(subjects?.length ? { filter_subjects: subjects } : {}),
+    ...filterOf(subjects),
   };
   try {
     await manager.consumers.info(stream, durable);
@@ -40,4 +40,10 @@ export async function provision(manager: JetStreamManager, options: JetStreamSer
 function isNotFound(error: unknown): boolean {
   if (!(error instanceof JetStreamApiError)) return false;
   return error.code === JetStreamApiCodes.StreamNotFound || error.code === JetStreamApiCodes.ConsumerNotFound;
+}
+
+/** One subject as `filter_subject`, which every JetStream server knows; several as `filter_subjects` (2.10 on). */
+function filterOf(subjects: string[] | undefined): { filter_subject?: string; filter_subjects?: string[] } {
+  if (!subjects?.length) return {};
+  return subjects.length === 1 ? { filter_subject: subjects[0] } : { filter_subjects: subjects };
 }
