@@ -32,8 +32,9 @@ export interface JetStreamServerOptions {
   /** A provisioned consumer's `max_deliver`: deliveries of a message before JetStream stops delivering it. Default: 5. */
   maxDeliver?: number;
   /**
-   * A provisioned consumer's `backoff`: the delays, in seconds, before each redelivery of a message whose ack wait
-   * ran out (there must be fewer than `maxDeliver`). Default: none (each after `ackWaitSeconds`).
+   * A provisioned consumer's `backoff`, in seconds: each delivery's ack wait in turn, the last for the deliveries
+   * after (JetStream then takes the first as `ack_wait`, in place of `ackWaitSeconds`); fewer entries than
+   * `maxDeliver`. Default: none (every delivery's is `ackWaitSeconds`).
    */
   backoffSeconds?: number[];
   /** Messages handled at once by this instance (pulled only while there is room for them). Default: 10. */

@@ -48,7 +48,7 @@ export class JetStreamServer
   );
   private pulling?: Promise<void>;
   private batch?: ConsumerMessages;
-  /** How often a running message is reported `working()`: half the consumer's ack wait. */
+  /** How often a running message is reported `working()`: half the consumer's shortest ack wait. */
   private heartbeatMs = 15_000;
 
   constructor(private readonly options: JetStreamServerOptions) {
@@ -66,8 +66,8 @@ export class JetStreamServer
       await provision(await jetstreamManager(this.connection), this.options);
       const consumer = await jetstream(this.connection).consumers.get(stream, durable);
       const { config } = await consumer.info();
-      // ack_wait is in nanoseconds (JetStream defaults it to 30 s).
-      this.heartbeatMs = Math.max((config.ack_wait ?? 30e9) / 2e6, 100);
+      // In nanoseconds; with a backoff, each delivery's ack wait is its entry (JetStream's default: 30 s).
+      this.heartbeatMs = Math.max(Math.min(config.ack_wait ?? 30e9, ...(config.backoff ?? [])) / 2e6, 100);
       this.pulling = this.pull(consumer);
       this._status$.next('connected');
       callback();

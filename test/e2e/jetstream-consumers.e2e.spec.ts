@@ -1,11 +1,14 @@
+import { jetstreamManager } from '@nats-io/jetstream';
+import { connect, nanos } from '@nats-io/transport-node';
 import { Controller } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext } from '../../src/index.js';
-import type { JetStreamContext } from '../../src/jetstream/index.js';
+import { type JetStreamContext, JetStreamServer } from '../../src/jetstream/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import {
+  NATS_URL,
   natsJetStream,
   startJetStreamConsumer,
   type TestConsumer,
@@ -283,6 +286,51 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
       await consumer.close();
       expect(await workRowsOf(db, 'from-header')).toHaveLength(1);
       expect(consumer.logger.warnings).toContainEqual(expect.stringContaining("run unguarded (withoutKey: 'run')"));
+    });
+  });
+
+  describe('provisioning', () => {
+    it('creates the stream and the consumer it is told to, with their settings, and closes', async () => {
+      const name = `${PREFIX}_provisioned`;
+      const server = new JetStreamServer({
+        servers: NATS_URL,
+        stream: name,
+        durable: DURABLE,
+        subjects: [`${PREFIX}_provisioned.>`],
+        provision: 'stream-and-consumer',
+        streamConfig: { max_age: nanos(60_000) },
+        ackWaitSeconds: 12,
+        maxDeliver: 4,
+        backoffSeconds: [1, 5],
+      });
+      const connection = await connect({ servers: NATS_URL });
+      const manager = await jetstreamManager(connection);
+      try {
+        await new Promise<void>((resolve, reject) => server.listen((error) => (error ? reject(error) : resolve())));
+        await server.close();
+        const { config: stream } = await manager.streams.info(name);
+        expect(stream).toMatchObject({ subjects: [`${PREFIX}_provisioned.>`], max_age: nanos(60_000) });
+        const { config: consumer } = await manager.consumers.info(name, DURABLE);
+        expect(consumer).toMatchObject({
+          durable_name: DURABLE,
+          ack_policy: 'explicit',
+          // A backoff's first entry is the consumer's ack wait.
+          ack_wait: nanos(1_000),
+          max_deliver: 4,
+          backoff: [nanos(1_000), nanos(5_000)],
+          filter_subject: `${PREFIX}_provisioned.>`,
+        });
+      } finally {
+        await manager.streams.delete(name).catch(() => undefined);
+        await connection.close();
+      }
+    });
+
+    it('refuses to start on a consumer that does not exist, when told to create nothing', async () => {
+      const server = new JetStreamServer({ servers: NATS_URL, stream: `${PREFIX}_missing`, durable: DURABLE });
+      await expect(
+        new Promise<void>((resolve, reject) => server.listen((error) => (error ? reject(error) : resolve()))),
+      ).rejects.toThrow(/not found/);
     });
   });
 });
