@@ -97,6 +97,12 @@ const server = (stream: string, more: { maxInFlight?: number } = {}) => ({
   ...more,
 });
 
+/** `server.listen()`'s callback as a promise: resolved once it listens, rejected with its start-up error. */
+const listening = (server: JetStreamServer) =>
+  new Promise<void>((resolve, reject) => {
+    void server.listen((error) => (error === undefined ? resolve() : reject(error)));
+  });
+
 describeWith(natsJetStream, 'NATS JetStream consumers', () => {
   const db = useTestDatabase(WORK_LOG);
 
@@ -306,7 +312,7 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
       const connection = await connect({ servers: NATS_URL });
       const manager = await jetstreamManager(connection);
       try {
-        await new Promise<void>((resolve, reject) => server.listen((error) => (error ? reject(error) : resolve())));
+        await listening(server);
         await server.close();
         const { config: stream } = await manager.streams.info(name);
         expect(stream).toMatchObject({ subjects: [`${PREFIX}_provisioned.>`], max_age: nanos(60_000) });
@@ -328,9 +334,7 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
 
     it('refuses to start on a consumer that does not exist, when told to create nothing', async () => {
       const server = new JetStreamServer({ servers: NATS_URL, stream: `${PREFIX}_missing`, durable: DURABLE });
-      await expect(
-        new Promise<void>((resolve, reject) => server.listen((error) => (error ? reject(error) : resolve()))),
-      ).rejects.toThrow(/not found/);
+      await expect(listening(server)).rejects.toThrow(/not found/);
     });
   });
 });
