@@ -100,7 +100,9 @@ const server = (stream: string, more: { maxInFlight?: number } = {}) => ({
 /** `server.listen()`'s callback as a promise: resolved once it listens, rejected with its start-up error. */
 const listening = (server: JetStreamServer) =>
   new Promise<void>((resolve, reject) => {
-    void server.listen((error) => (error === undefined ? resolve() : reject(error)));
+    void server.listen((error) =>
+      error === undefined ? resolve() : reject(error instanceof Error ? error : new Error(String(error))),
+    );
   });
 
 describeWith(natsJetStream, 'NATS JetStream consumers', () => {
