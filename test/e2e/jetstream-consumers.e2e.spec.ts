@@ -101,7 +101,9 @@ const server = (stream: string, more: { maxInFlight?: number } = {}) => ({
 const listening = (server: JetStreamServer) =>
   new Promise<void>((resolve, reject) => {
     void server.listen((error) =>
-      error === undefined ? resolve() : reject(error instanceof Error ? error : new Error(String(error))),
+      error === undefined
+        ? resolve()
+        : reject(error instanceof Error ? error : new Error('the server did not start', { cause: error })),
     );
   });
 
