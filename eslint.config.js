@@ -21,6 +21,7 @@ const ROOM_NAMES = {
   client: 'the client (src/client)',
   messages: 'the message consumers (src/messages)',
   rabbitmq: 'the RabbitMQ consumers (src/rabbitmq)',
+  jetstream: 'the NATS JetStream consumers (src/jetstream)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
 };
@@ -62,6 +63,13 @@ export const ROOMS = {
   },
   rabbitmq: {
     mayImport: ['rabbitmq', 'messages', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+    ],
+  },
+  jetstream: {
+    mayImport: ['jetstream', 'messages', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],

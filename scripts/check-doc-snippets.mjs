@@ -1,9 +1,10 @@
 // Type-checks the TypeScript of the docs: every ```ts / ```typescript block of README.md and docs/*.md is written to
 // a temporary folder as a module of its own and compiled by one `tsc` run, with the compiler options of this
 // project's tsconfig.json (NodeNext, strict, decorators) and `nest-idempotency`, `nest-idempotency/client`,
-// `nest-idempotency/testing` and `nest-idempotency/rabbitmq` mapped to their sources. A block that does not compile fails the check, named by its
-// markdown file and line. Also checks that the relative links of those files point at a file and, for a page, at
-// one of its headings. `npm run check:docs`; CI runs it (.ci/run).
+// `nest-idempotency/testing`, `nest-idempotency/rabbitmq` and `nest-idempotency/jetstream` mapped to their sources. A
+// block that does not compile fails the check, named by its markdown file and line. Also checks that the relative
+// links of those files point at a file and, for a page, at one of its headings. `npm run check:docs`; CI runs it
+// (.ci/run).
 //
 // - A block marked ```ts fragment is not compiled (a piece that continues another block): keep them few, and say in
 //   the page why the block is partial.
@@ -235,6 +236,7 @@ try {
     'nest-idempotency/client': [join(root, 'src/client/index.ts')],
     'nest-idempotency/testing': [join(root, 'src/testing/index.ts')],
     'nest-idempotency/rabbitmq': [join(root, 'src/rabbitmq/index.ts')],
+    'nest-idempotency/jetstream': [join(root, 'src/jetstream/index.ts')],
   };
   if (!existsSync(join(root, 'node_modules/@nestjs/config'))) {
     writeFileSync(join(folder, 'nestjs-config.d.ts'), NESTJS_CONFIG_STUB.trimStart());

@@ -1,5 +1,5 @@
-import { Logger, type Type } from '@nestjs/common';
-import type { ModulesContainer, Reflector } from '@nestjs/core';
+import { Logger, type Provider, type Type } from '@nestjs/common';
+import { ModulesContainer, Reflector } from '@nestjs/core';
 import { PATTERN_METADATA } from '@nestjs/microservices/constants.js';
 import { runByTheModule } from '../protocol/current-run.js';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
@@ -59,3 +59,13 @@ function refusingUnguarded(handler: Handler, controller: Type): Handler {
   Object.defineProperty(refusing, REFUSING, { value: true });
   return refusing;
 }
+
+/**
+ * The provider each broker's module lists for the wrapping above; nothing injects it, and Nest creates every
+ * provider at start-up, before it binds handlers.
+ */
+export const UNGUARDED_MESSAGE_HANDLERS_REFUSED: Provider = {
+  provide: Symbol('UNGUARDED_MESSAGE_HANDLERS_REFUSED'),
+  inject: [ModulesContainer, Reflector],
+  useFactory: refuseUnguardedMessageHandlers,
+};

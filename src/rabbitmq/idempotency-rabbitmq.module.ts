@@ -1,12 +1,8 @@
 import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from '@nestjs/common';
 import type { IdempotencyRabbitMqOptions } from './idempotency-rabbitmq-options.interface.js';
-import { ModulesContainer, Reflector } from '@nestjs/core';
-import { refuseUnguardedMessageHandlers } from '../messages/unguarded-handlers.js';
+import { UNGUARDED_MESSAGE_HANDLERS_REFUSED } from '../messages/unguarded-handlers.js';
 import { ConfigurableIdempotencyRabbitMqModule } from './idempotency-rabbitmq.module-definition.js';
 import { RabbitMqTransport } from './rabbitmq-transport.js';
-
-/** Marks the wrapping of idempotent message handlers as done; nothing injects it, and Nest creates every provider. */
-const UNGUARDED_HANDLERS_REFUSED = Symbol('UNGUARDED_HANDLERS_REFUSED');
 
 /**
  * `IdempotencyRabbitMqModule.forRoot(options?)`, imported beside `IdempotencyModule.forRoot()`: `@Idempotent()` on
@@ -14,16 +10,7 @@ const UNGUARDED_HANDLERS_REFUSED = Symbol('UNGUARDED_HANDLERS_REFUSED');
  * each message once per key and acknowledges it once its outcome is stored: those handlers do not acknowledge
  * messages themselves.
  */
-@Module({
-  providers: [
-    RabbitMqTransport,
-    {
-      provide: UNGUARDED_HANDLERS_REFUSED,
-      inject: [ModulesContainer, Reflector],
-      useFactory: refuseUnguardedMessageHandlers,
-    },
-  ],
-})
+@Module({ providers: [RabbitMqTransport, UNGUARDED_MESSAGE_HANDLERS_REFUSED] })
 export class IdempotencyRabbitMqModule extends ConfigurableIdempotencyRabbitMqModule {
   static forRoot(options: IdempotencyRabbitMqOptions = {}): DynamicModule {
     return super.forRoot(options);
