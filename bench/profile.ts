@@ -85,9 +85,9 @@ async function profileConsumer(dir: string, databaseUrl: string): Promise<void> 
       ['--cpu-prof', `--cpu-prof-dir=${dir}`],
     );
     try {
-      console.log(`Warming up ${pattern} with ${WARM_UP_MESSAGES} messages, then profiling ${MESSAGES}…`);
       // The replays' warm-up completes their ids (as many as are measured), standard mode's run.
       const warmUp = route === 'replays' ? messageIds(MESSAGES, 'completed') : messageIds(WARM_UP_MESSAGES, 'new');
+      console.log(`Warming up ${pattern} with ${warmUp.length} messages, then profiling ${MESSAGES}…`);
       await queue.publish(pattern, warmUp);
       await consumeBatch(app, warmUp.length);
       await queue.publish(pattern, messageIds(MESSAGES, keys));
