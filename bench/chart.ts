@@ -1,3 +1,4 @@
+import { CONSUMER_NAME } from './consumer-bench.js';
 import type { BenchResult } from './run.js';
 
 const ROW = 22;
@@ -15,14 +16,17 @@ export function renderChart(results: BenchResult[]): string {
       // Fastify's rows in lighter shades of Express's colours.
       const [baseline, transactional, standard] =
         r.platform === 'fastify' ? ['#c3c9d4', '#8fb3e3', '#86d3b3'] : ['#8a94a6', '#2f6fbf', '#1f9d6b'];
-      // The peer's rows (`peer @node-idempotency/nestjs (Redis), …`) in orange.
+      // The peer's rows (`peer @node-idempotency/nestjs (Redis), …`) in orange, the consumer rows (messages per
+      // second) in purple.
       const fill = r.name.startsWith('peer ')
         ? '#d9822b'
-        : r.name === 'baseline'
-          ? baseline
-          : r.name.startsWith('transactional')
-            ? transactional
-            : standard;
+        : r.name.startsWith(CONSUMER_NAME)
+          ? '#8e5bb5'
+          : r.name === 'baseline'
+            ? baseline
+            : r.name.startsWith('transactional')
+              ? transactional
+              : standard;
       return (
         `<text x="${LABEL - 8}" y="${y + 15}" text-anchor="end">${escape(r.config)}</text>` +
         `<rect x="${LABEL}" y="${y + 3}" width="${width.toFixed(1)}" height="${ROW - 6}" fill="${fill}"/>` +

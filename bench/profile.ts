@@ -5,9 +5,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import autocannon from 'autocannon';
-import { spawnTypeScriptServer } from '../test/support/sample-app.js';
+import type { ChildProcess } from 'node:child_process';
+import { type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase } from '../test/support/test-database.js';
 import { type CpuProfile, formatSummary, summarize } from './profile-summary.js';
+import { consumeBatch, messageIds, openBenchQueue, RABBITMQ_URL } from './consumer-bench.js';
 
 /**
  * `npm run bench:profile`: the bench app under `node --cpu-prof`, loaded with new keys at 64 connections on one
@@ -15,7 +17,9 @@ import { type CpuProfile, formatSummary, summarize } from './profile-summary.js'
  * bench/README.md, "Profile". Settings: BENCH_PROFILE_ROUTE (`standard`, `transactional`, `baseline`, or `replays`:
  * `standard`'s route with REPLAY_KEYS keys in turn, completed by the warm-up; default `standard`),
  * BENCH_PROFILE_SECONDS (default 20), BENCH_PROFILE_DIR (where the `.cpuprofile` is kept; default a temporary folder),
- * BENCH_PLATFORM (as for the bench app).
+ * BENCH_PLATFORM (as for the bench app). The `consumer-…` routes profile the consumer app (`consumer-app.ts`) instead:
+ * a batch of BENCH_PROFILE_MESSAGES messages (default 5000) to one of its handlers, published first, then consumed
+ * at prefetch 64 and profiled, after a warm-up batch of 2000.
  */
 const ROUTE = process.env.BENCH_PROFILE_ROUTE ?? 'standard';
 const SECONDS = Number(process.env.BENCH_PROFILE_SECONDS ?? 20);
@@ -23,6 +27,9 @@ const WARM_UP_SECONDS = 8;
 const CONNECTIONS = 64;
 const REPLAY_KEYS = 500;
 const PROFILED_ROUTES = ['standard', 'transactional', 'baseline', 'replays'];
+const CONSUMER_ROUTES = PROFILED_ROUTES.map((route) => `consumer-${route}`);
+const MESSAGES = Number(process.env.BENCH_PROFILE_MESSAGES ?? 5000);
+const WARM_UP_MESSAGES = 2000;
 
 /** The key of each request: none on the baseline, one of REPLAY_KEYS in turn for replays, else a new one. */
 let sent = 0;
@@ -51,11 +58,69 @@ async function load(url: string, seconds: number): Promise<autocannon.Result> {
 /** The profiler's clock: V8 stamps samples with the monotonic clock in microseconds, as `hrtime` reads it. */
 const profilerNow = () => Number(process.hrtime.bigint() / 1000n);
 
+/** The app's `.cpuprofile` once it has exited on SIGTERM (the profile is written as the process exits). */
+async function profileOf(app: RunningApp & { child: ChildProcess }, dir: string): Promise<[CpuProfile, string]> {
+  const exited = once(app.child, 'exit');
+  app.child.kill('SIGTERM');
+  await exited;
+  // `CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile`: the main thread's (0), not the module loader's thread's.
+  const file = readdirSync(dir).find((name) => name.includes(`.${app.child.pid}.0.`) && name.endsWith('.cpuprofile'));
+  if (!file) throw new Error(`no .cpuprofile in ${dir}`);
+  return [JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile, join(dir, file)];
+}
+
+/**
+ * The consumer app under the profiler: a warm-up batch, then MESSAGES messages to the route's handler (`replays`:
+ * `standard`'s, with the message ids of the warm-up, which completed them), published, then consumed and profiled.
+ */
+async function profileConsumer(dir: string, databaseUrl: string): Promise<void> {
+  const route = ROUTE.slice('consumer-'.length);
+  const pattern = `bench.${route === 'replays' ? 'standard' : route}`;
+  const keys = route === 'replays' ? 'completed' : 'new';
+  const queue = await openBenchQueue();
+  try {
+    const app = await spawnTypeScriptServer(
+      'bench/consumer-app.ts',
+      { DATABASE_URL: databaseUrl, RABBITMQ_URL, BENCH_QUEUE: queue.name, BENCH_PREFETCH: '64' },
+      ['--cpu-prof', `--cpu-prof-dir=${dir}`],
+    );
+    try {
+      // The replays' warm-up completes their ids (as many as are measured), standard mode's run.
+      const warmUp = route === 'replays' ? messageIds(MESSAGES, 'completed') : messageIds(WARM_UP_MESSAGES, 'new');
+      console.log(`Warming up ${pattern} with ${warmUp.length} messages, then profiling ${MESSAGES}…`);
+      await queue.publish(pattern, warmUp);
+      await consumeBatch(app, warmUp.length);
+      await queue.publish(pattern, messageIds(MESSAGES, keys));
+      const from = profilerNow();
+      const run = await consumeBatch(app, MESSAGES);
+      const to = profilerNow();
+      const [profile, file] = await profileOf(app, dir);
+      console.log(
+        `${ROUTE} (prefetch 64): ${(MESSAGES / run.seconds).toFixed(0)} messages/s, ${MESSAGES} messages, ` +
+          `${run.rejected} rejected, ${run.requeued} requeued; profile ${file} (window ${from}-${to} µs)\n`,
+      );
+      console.log(
+        formatSummary(summarize(profile, { from, to }), 25, MESSAGES)
+          .replaceAll('/req', '/msg')
+          .replace('requests: ', 'messages: ')
+          .replace('per request', 'per message'),
+      );
+    } finally {
+      await app.close();
+    }
+  } finally {
+    await queue.delete();
+  }
+}
+
 async function main(): Promise<void> {
-  if (!PROFILED_ROUTES.includes(ROUTE))
-    throw new Error(`BENCH_PROFILE_ROUTE must be one of ${PROFILED_ROUTES.join(', ')}, got ${JSON.stringify(ROUTE)}`);
+  if (![...PROFILED_ROUTES, ...CONSUMER_ROUTES].includes(ROUTE))
+    throw new Error(
+      `BENCH_PROFILE_ROUTE must be one of ${[...PROFILED_ROUTES, ...CONSUMER_ROUTES].join(', ')}, got ${JSON.stringify(ROUTE)}`,
+    );
   const dir = process.env.BENCH_PROFILE_DIR ?? mkdtempSync(join(tmpdir(), 'idempotency-profile-'));
   const database = await createTestDatabase();
+  if (CONSUMER_ROUTES.includes(ROUTE)) return profileConsumer(dir, database.url).finally(() => database.drop());
   try {
     const app = await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: database.url }, [
       '--cpu-prof',
@@ -69,18 +134,10 @@ async function main(): Promise<void> {
       const result = await load(url, SECONDS);
       const to = profilerNow();
       // The profile is written as the process exits: the bench app closes and exits on SIGTERM.
-      const exited = once(app.child, 'exit');
-      app.child.kill('SIGTERM');
-      await exited;
-      // `CPU.<date>.<time>.<pid>.<thread>.<n>.cpuprofile`: the main thread's (0), not the module loader's thread's.
-      const file = readdirSync(dir).find(
-        (name) => name.includes(`.${app.child.pid}.0.`) && name.endsWith('.cpuprofile'),
-      );
-      if (!file) throw new Error(`no .cpuprofile in ${dir}`);
-      const profile = JSON.parse(readFileSync(join(dir, file), 'utf8')) as CpuProfile;
+      const [profile, file] = await profileOf(app, dir);
       console.log(
         `${ROUTE} @${CONNECTIONS}: ${result.requests.average.toFixed(0)} req/s, ${result.requests.total} requests,` +
-          ` non-2xx ${result.non2xx}; profile ${join(dir, file)} (window ${from}-${to} µs)\n`,
+          ` non-2xx ${result.non2xx}; profile ${file} (window ${from}-${to} µs)\n`,
       );
       console.log(formatSummary(summarize(profile, { from, to }), 25, result.requests.total));
     } finally {

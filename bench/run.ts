@@ -12,6 +12,15 @@ import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
 import { renderChart } from './chart.js';
 import { checkTargets, formatTargets } from './targets.js';
+import {
+  type BenchQueue,
+  CONSUMER_NAME,
+  consumeBatch,
+  messageIds,
+  openBenchQueue,
+  rabbitMqUnavailable,
+  RABBITMQ_URL,
+} from './consumer-bench.js';
 
 /**
  * `npm run bench`: what idempotency costs per request, every configuration measured in the same run and
@@ -52,9 +61,11 @@ interface Config {
    * Which app: on Express, on an empty records table, the same without its replay cache, or on a table holding
    * SCALE_RECORDS records; or on Fastify, on the same database as the first; or the peer app (`peer-app.ts`, on
    * Express, on the same database as the first, its records in Redis); or on Express, on the first one's database
-   * through PgBouncer in transaction mode, with `transactionPooler: true`.
+   * through PgBouncer in transaction mode, with `transactionPooler: true`; or the consumer app (`consumer-app.ts`, on
+   * the same database as the first), whose rows are messages through RabbitMQ (`path` is then the pattern, and
+   * `connections` the prefetch).
    */
-  target: 'empty' | 'uncached' | 'large' | 'fastify' | 'peer' | 'pgbouncer';
+  target: 'empty' | 'uncached' | 'large' | 'fastify' | 'peer' | 'pgbouncer' | 'consumer';
   platform: Platform;
   /** The baseline it is compared with: its own platform's. */
   baseline: string;
@@ -180,16 +191,53 @@ const pgbouncerConfigs: Config[] = (
   baseline: `${PGBOUNCER}: baseline @64`,
 }));
 
-const allConfigs: Config[] = [
-  ...(MEASURED_PLATFORMS.includes('express')
-    ? [
-        ...expressConfigs.map((config) => ({ ...config, platform: 'express' as const })),
-        ...peerConfigs,
-        ...pgbouncerConfigs,
-      ]
-    : []),
-  ...(MEASURED_PLATFORMS.includes('fastify') ? fastifyConfigs : []),
-];
+/**
+ * Messages consumed through RabbitMQ by the consumer app (`consumer-app.ts`), `BENCH_MESSAGES` per batch, at the same
+ * prefetch: the charge insert acknowledged by the handler (the baseline), and `@Idempotent()` in standard and in
+ * transactional mode with new message ids, and standard mode with every message a duplicate of a completed one.
+ * Measured with Express's rows (`BENCH_CONSUMERS`: `off` skips them, `only` measures them alone); skipped when
+ * RabbitMQ cannot be reached.
+ */
+const CONSUMER_MESSAGES = Number(process.env.BENCH_MESSAGES ?? 1000);
+const CONSUMER_PREFETCH = 64;
+const consumerConfigs: Config[] = (
+  [
+    { name: `${CONSUMER_NAME}: baseline`, path: 'bench.baseline', keys: 'new' },
+    { name: `${CONSUMER_NAME}: standard, new ids`, path: 'bench.standard', keys: 'new' },
+    { name: `${CONSUMER_NAME}: transactional, new ids`, path: 'bench.transactional', keys: 'new' },
+    { name: `${CONSUMER_NAME}: replays`, path: 'bench.standard', keys: 'completed' },
+  ] satisfies Pick<Config, 'name' | 'path' | 'keys'>[]
+).map((config) => ({
+  ...config,
+  connections: CONSUMER_PREFETCH,
+  target: 'consumer',
+  platform: 'express',
+  baseline: `${CONSUMER_NAME}: baseline @${CONSUMER_PREFETCH}`,
+}));
+
+/** BENCH_CONSUMERS: `on` (the default: with Express's rows), `off`, or `only` (the consumer rows alone). */
+function consumersFromEnv(): 'on' | 'off' | 'only' {
+  const raw = process.env.BENCH_CONSUMERS || 'on';
+  if (raw !== 'on' && raw !== 'off' && raw !== 'only')
+    throw new Error(`BENCH_CONSUMERS must be on, off or only, got ${JSON.stringify(raw)}`);
+  return raw;
+}
+const CONSUMERS = consumersFromEnv();
+
+const allConfigs: Config[] =
+  CONSUMERS === 'only'
+    ? consumerConfigs
+    : [
+        ...(MEASURED_PLATFORMS.includes('express')
+          ? [
+              ...expressConfigs.map((config) => ({ ...config, platform: 'express' as const })),
+              ...peerConfigs,
+              ...pgbouncerConfigs,
+              ...(CONSUMERS === 'on' ? consumerConfigs : []),
+            ]
+          : []),
+        ...(MEASURED_PLATFORMS.includes('fastify') ? fastifyConfigs : []),
+      ];
 
 const REDIS_URL = new URL(process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379');
 
@@ -312,6 +360,33 @@ async function measure(
     max: result.latency.max,
     errors: result.errors + result.timeouts,
     statuses,
+    checkpoints: (await checkpoints()) - checkpointsBefore,
+  };
+}
+
+/**
+ * A consumer row's batch: CONSUMER_MESSAGES events published to its pattern (new message ids, or the completed ones
+ * of the replays), then consumed; messages per second from the gate's opening to the last settlement, and each
+ * message's time to its settlement as latency. A message rejected or given back shows among the non-2xx answers.
+ */
+async function measureConsumer(
+  app: RunningApp,
+  queue: BenchQueue,
+  config: Config,
+  checkpoints: () => Promise<number>,
+): Promise<Measure> {
+  await queue.publish(config.path, messageIds(CONSUMER_MESSAGES, config.keys === 'completed' ? 'completed' : 'new'));
+  const checkpointsBefore = await checkpoints();
+  const run = await consumeBatch(app, CONSUMER_MESSAGES);
+  return {
+    requestsPerSecond: CONSUMER_MESSAGES / run.seconds,
+    p50: run.p50,
+    p99: run.p99,
+    max: run.max,
+    errors: 0,
+    statuses: Object.fromEntries(
+      Object.entries({ rejected: run.rejected, requeued: run.requeued }).filter(([, count]) => count > 0),
+    ),
     checkpoints: (await checkpoints()) - checkpointsBefore,
   };
 }
@@ -464,6 +539,14 @@ async function main(): Promise<void> {
     const reason = await peerUnavailable();
     if (reason) skipPeer(reason);
   }
+  let consumersSkipped: string | undefined;
+  if (configs.some((config) => config.target === 'consumer')) {
+    consumersSkipped = await rabbitMqUnavailable();
+    if (consumersSkipped) {
+      configs = configs.filter((config) => config.target !== 'consumer');
+      console.log(`Skipping the ${CONSUMER_NAME} rows: ${consumersSkipped}`);
+    }
+  }
   let targets = new Set(configs.map((config) => config.target));
   const databases: { empty: TestDatabase; large?: TestDatabase } = {
     empty: await createTestDatabase(),
@@ -492,14 +575,24 @@ async function main(): Promise<void> {
       BENCH_REDIS_URL: REDIS_URL.href,
       BENCH_PEER_PREFIX: `nest-idempotency-bench-${randomUUID()}`,
     }),
+    // The run's own quorum queue, made before the app consumes it.
+    consumer: () => ({
+      DATABASE_URL: databases.empty.url,
+      RABBITMQ_URL,
+      BENCH_QUEUE: (queue as BenchQueue).name,
+      BENCH_PREFETCH: String(CONSUMER_PREFETCH),
+    }),
   };
   const checkpoints = await checkpointCounter(databases.empty);
   const apps: Partial<Record<Config['target'], RunningApp>> = {};
+  let queue: BenchQueue | undefined;
   try {
+    if (targets.has('consumer')) queue = await openBenchQueue();
     for (const target of targets) {
       // Every app gets the same pool (BENCH_POOL_SIZE).
       const appEnv = { ...env[target](), BENCH_POOL_SIZE: poolSize };
-      if (target !== 'peer') apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', appEnv);
+      if (target === 'consumer') apps.consumer = await spawnTypeScriptServer('bench/consumer-app.ts', appEnv);
+      else if (target !== 'peer') apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', appEnv);
       else
         try {
           apps.peer = await spawnTypeScriptServer('bench/peer-app.ts', appEnv);
@@ -508,7 +601,8 @@ async function main(): Promise<void> {
         }
     }
     const records = databases.large ? `${SCALE_RECORDS.toLocaleString('en')} records and ` : '';
-    console.log(`Seeding ${records}${REPLAY_KEYS} completed keys per platform…`);
+    if (apps.empty || apps.fastify || apps.peer)
+      console.log(`Seeding ${records}${REPLAY_KEYS} completed keys per platform…`);
     if (databases.large) await seedLargeTable(databases.large);
     if (apps.empty) await seedReplayKeys(apps.empty, 'express');
     if (apps.fastify) await seedReplayKeys(apps.fastify, 'fastify');
@@ -516,8 +610,18 @@ async function main(): Promise<void> {
     // A fresh process needs several seconds of full load before V8 has optimized its request path: an app whose
     // code is not optimized yet runs at a fraction of its speed, which would show as a cost of its table.
     // Each app warms up on its own new-key route at 64 connections, or the first one's (the same routes).
+    // The consumer app consumes one batch of each of its rows, unmeasured, the first of them (standard mode, with
+    // the replays' message ids) completing the messages that the replays duplicate.
+    if (apps.consumer) {
+      console.log(`Warming up the consumer app: one batch of ${CONSUMER_MESSAGES} messages per consumer row…`);
+      const consumerRows = configs.filter((c) => c.target === 'consumer');
+      const seeding = consumerRows.find((c) => c.path === 'bench.standard' && c.keys === 'new') as Config;
+      for (const config of [{ ...seeding, keys: 'completed' as const }, ...consumerRows])
+        await measureConsumer(apps.consumer, queue as BenchQueue, config, checkpoints);
+    }
     const fullLoad = configs.find((c) => c.keys === 'new' && c.connections === 64) as Config;
     for (const [target, app] of Object.entries(apps)) {
+      if (target === 'consumer') continue;
       const own = configs.find((c) => c.target === target && c.keys === 'new' && c.connections === 64);
       await measure(app, own ?? fullLoad, 0, checkpoints, Math.max(SECONDS, 8));
     }
@@ -529,6 +633,14 @@ async function main(): Promise<void> {
         // have pushed this one's pages out of PostgreSQL's shared buffers, which a service under steady load
         // keeps (the million-record table and its indexes are larger than the default 128 MB).
         const app = apps[config.target] as RunningApp;
+        if (config.target === 'consumer') {
+          // Replays: one unmeasured batch of the same duplicates first, as the HTTP rows' unmeasured second: the
+          // replay cache's entries last 60 s, and a round is longer, so the measured batch replays from the cache
+          // (as the HTTP replays row does), not from the records.
+          if (config.keys === 'completed') await measureConsumer(app, queue as BenchQueue, config, checkpoints);
+          measures.get(config)?.push(await measureConsumer(app, queue as BenchQueue, config, checkpoints));
+          continue;
+        }
         await measure(app, config, round, checkpoints, 1);
         measures.get(config)?.push(await measure(app, config, round, checkpoints));
       }
@@ -543,10 +655,19 @@ async function main(): Promise<void> {
         ratioToExpress: onExpress ? aggregated[i].requestsPerSecond / onExpress.requestsPerSecond : null,
       };
     });
+    const consumerRows = configs.some((config) => config.target === 'consumer');
     console.log(
-      `\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration, on ${MEASURED_PLATFORMS.join(' and ')}; latency in ms;` +
-        ' ratios to the baseline of the same platform at the same concurrency; "vs express": a row to the same' +
-        ' configuration on Express.\n',
+      (CONSUMERS === 'only'
+        ? `\n${ROUNDS} interleaved rounds;`
+        : `\n${ROUNDS} interleaved rounds of ${SECONDS} s per configuration, on ${MEASURED_PLATFORMS.join(' and ')}; latency in ms;` +
+          ' ratios to the baseline of the same platform at the same concurrency; "vs express": a row to the same' +
+          ' configuration on Express.') +
+        (consumerRows
+          ? ` ${CONSUMER_NAME} rows: messages per second (the req/s column) of batches of ${CONSUMER_MESSAGES}` +
+            ` published first, "@${CONSUMER_PREFETCH}" the prefetch, latency a message's time from its delivery to` +
+            ' its settlement (ms), ratios to the consumer baseline (which acknowledges in its handler).'
+          : '') +
+        '\n',
     );
     printTable(results);
     const peerRows = results.filter((result) => result.name.startsWith(PEER_NAME));
@@ -561,6 +682,7 @@ async function main(): Promise<void> {
       );
     } else if (peerSkipped) console.log(`\nPeer rows skipped: ${peerSkipped}`);
     if (pgbouncerSkipped) console.log(`Rows ${PGBOUNCER} skipped: ${pgbouncerSkipped}`);
+    if (consumersSkipped) console.log(`${CONSUMER_NAME} rows skipped: ${consumersSkipped}`);
     const targetChecks = checkTargets(results, peerSkipped);
     console.log(`\nThe targets of issue #19, measured in this run:\n${formatTargets(targetChecks)}`);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
@@ -573,6 +695,8 @@ async function main(): Promise<void> {
       platforms: MEASURED_PLATFORMS,
       peerSkipped: peerSkipped ?? null,
       pgbouncerSkipped: pgbouncerSkipped ?? null,
+      consumersSkipped: consumersSkipped ?? null,
+      consumerMessages: CONSUMER_MESSAGES,
       results,
       targets: targetChecks,
     };
@@ -581,6 +705,7 @@ async function main(): Promise<void> {
     console.log(`\nWrote ${join(folder, 'latest.json')} and ${join(folder, 'latest.svg')}`);
   } finally {
     await Promise.all(Object.values(apps).map((app) => app.close()));
+    await queue?.delete();
     await Promise.all(Object.values(databases).map((db) => db?.drop()));
     await embedded?.stop();
   }
