@@ -21,6 +21,7 @@ const ROOM_NAMES = {
   client: 'the client (src/client)',
   messages: 'the message consumers (src/messages)',
   rabbitmq: 'the RabbitMQ consumers (src/rabbitmq)',
+  graphql: 'the GraphQL mutations (src/graphql)',
   jetstream: 'the NATS JetStream consumers (src/jetstream)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
@@ -73,6 +74,14 @@ export const ROOMS = {
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],
+    ],
+  },
+  graphql: {
+    mayImport: ['graphql', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
     ],
   },
   testing: {

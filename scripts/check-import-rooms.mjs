@@ -72,6 +72,13 @@ const CASES = [
   ['src/messages/x.ts', '../jetstream/jetstream-context.js', 'src/messages must not import the NATS JetStream'],
   ['src/idempotency.module.ts', './jetstream/index.js', 'src/ must not import the NATS JetStream consumers'],
   ['src/idempotency.module.ts', './rabbitmq/index.js', 'src/ must not import the RabbitMQ consumers'],
+  ['src/graphql/x.ts', 'graphql', null],
+  ['src/graphql/x.ts', '../protocol/idempotency.service.js', null],
+  ['src/graphql/x.ts', '../http/http-transport.js', 'src/graphql must not import the HTTP edge (src/http)'],
+  ['src/graphql/x.ts', '../messages/message-transport.js', 'src/graphql must not import the message consumers'],
+  ['src/graphql/x.ts', 'express', 'src/graphql must not import an HTTP platform'],
+  ['src/graphql/x.ts', 'typeorm', 'src/graphql must not import the database (ORM or driver)'],
+  ['src/idempotency.module.ts', './graphql/index.js', 'src/ must not import the GraphQL mutations'],
   ['test/unit/x.spec.ts', '../../src/http/idempotency-http.js', null],
 ];
 // Every way a module is named: import, type import, re-export, dynamic import, import type.

@@ -1,0 +1,169 @@
+import { createHash } from 'node:crypto';
+import { type CallHandler, type ExecutionContext, HttpException, Inject, Injectable, Logger } from '@nestjs/common';
+import { Reflector } from '@nestjs/core';
+import { GraphQLError } from 'graphql';
+import { lastValueFrom, Observable, of, throwError } from 'rxjs';
+import { canonicalJson } from '../shared/canonical-json.js';
+import { resolveAccount } from '../protocol/account-resolution.js';
+import { runWithin } from '../protocol/current-run.js';
+import { HandlerPlans } from '../protocol/handler-plans.js';
+import {
+  type IdempotencyError,
+  IdempotencyAccountUnresolvedError,
+  IdempotencyKeyInvalidError,
+  IdempotencyKeyRequiredError,
+  IdempotencyStoreUnavailableError,
+} from '../protocol/idempotency.errors.js';
+import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
+import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
+import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
+import { IdempotencyService } from '../protocol/idempotency.service.js';
+import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
+import { keyFault } from '../protocol/scope-values.js';
+import { nonEmptyString, boolean } from '../protocol/option-checks.js';
+import { type GraphqlField, graphqlFieldOf, isRootMutationField } from './graphql-field.js';
+import { outcomeOf, storedException, storedValue } from './graphql-outcomes.js';
+import { graphqlRefusal } from './graphql-refusals.js';
+import type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
+import { GRAPHQL_OPTIONS } from './idempotency-graphql.module-definition.js';
+
+/** An idempotent root mutation field, as read. */
+type GraphqlCall = IdempotentCall;
+
+/**
+ * The GraphQL transport: `@Idempotent()` root fields of mutations (`@Mutation()` resolvers), one record per field.
+ * The key is the field's `keyArgument`, or the request's header; the fingerprint the field's arguments (not the
+ * document, so that selections do not change it); the scope `(account, graphql Mutation.<field>, key)`, and with the
+ * header's key, which every field of the document shares, the field's response key (its alias) besides. A replay is
+ * the field's stored result, to which GraphQL applies the replay's own selection set.
+ */
+@Injectable()
+export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
+  private readonly logger = new Logger('Idempotency');
+  private readonly plans: HandlerPlans<IdempotencyPolicy>;
+  private readonly keyArgument: string | undefined;
+  private readonly headerName: string;
+  private readonly required: boolean;
+  private readonly warnedNotMutations = new Set<string>();
+
+  constructor(
+    reflector: Reflector,
+    private readonly idempotency: IdempotencyService,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions,
+    @Inject(GRAPHQL_OPTIONS) options: IdempotencyGraphqlOptions,
+    transports: IdempotencyTransports,
+  ) {
+    this.keyArgument =
+      options.keyArgument === undefined ? undefined : nonEmptyString('keyArgument', options.keyArgument);
+    this.headerName = nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key');
+    this.required = boolean('required', options.required ?? false);
+    this.plans = new HandlerPlans(reflector, (handlerOptions) => resolvePolicy(moduleOptions, handlerOptions));
+    transports.register(this);
+  }
+
+  serves(context: ExecutionContext): boolean {
+    return context.getType<string>() === 'graphql';
+  }
+
+  async read(context: ExecutionContext): Promise<GraphqlCall | undefined> {
+    const policy = this.plans.planFor(context);
+    if (!policy) return undefined;
+    const field = graphqlFieldOf(context);
+    if (!isRootMutationField(field)) {
+      this.warnNotAMutation(field);
+      return undefined;
+    }
+    const found = this.keyOf(field);
+    if (!found) {
+      if (this.required) throw new IdempotencyKeyRequiredError(this.keyName());
+      return undefined;
+    }
+    const { key, fromHeader } = found;
+    const { fieldName, path } = field.info;
+    const responseKey = String(path.key);
+    const endpoint = `graphql Mutation.${fieldName}${fromHeader && responseKey !== fieldName ? ` as ${responseKey}` : ''}`;
+    const account = await resolveAccount(context, policy, {
+      isAnswer: (error) => error instanceof GraphQLError || error instanceof HttpException,
+      unresolved: (reason) => {
+        this.logger.error(`The accountResolver gave no account for the mutation ${fieldName}: ${reason}.`);
+        return new IdempotencyAccountUnresolvedError();
+      },
+    });
+    // The key argument is the key, not what the key is used with.
+    const args = Object.fromEntries(Object.entries(field.args).filter(([name]) => name !== this.keyArgument));
+    return {
+      policy,
+      scope: { account, endpoint, key },
+      fingerprint: createHash('sha256').update(canonicalJson(args)).digest('hex'),
+      terms: { key: fromHeader ? `${this.headerName} header` : `${this.keyArgument} argument`, usedWith: 'arguments' },
+    };
+  }
+
+  replay(_call: GraphqlCall, stored: StoredResponse): Observable<unknown> {
+    const outcome = outcomeOf(stored);
+    return 'value' in outcome ? of(outcome.value) : throwError(() => outcome.exception);
+  }
+
+  async run({ policy, scope }: GraphqlCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+    const pipeline = new Observable((subscriber) => runWithin(run, () => next.handle().subscribe(subscriber)));
+    let response: StoredResponse | undefined;
+    let ended: { value: unknown } | { error: unknown };
+    try {
+      const value = await lastValueFrom(pipeline, { defaultValue: undefined });
+      ended = { value };
+      response = storedValue(value);
+    } catch (error) {
+      ended = { error };
+      // An answer of the resolver's (a 404, a 422) is its outcome; anything else (a fault) may succeed on a retry.
+      if (error instanceof HttpException && policy.isFinalStatus(error.getStatus())) response = storedException(error);
+    }
+    const refused = await this.idempotency
+      .finish(run, { response, failed: 'error' in ended }, policy)
+      .catch((error: unknown) => {
+        this.logger.error(`Ending the claim of ${scope.endpoint} failed: ${error}`);
+        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+      });
+    if (refused) throw refused;
+    return 'value' in ended ? of(ended.value) : throwError(() => ended.error);
+  }
+
+  refusal(error: IdempotencyError): GraphQLError {
+    return graphqlRefusal(error);
+  }
+
+  /** The field's key: its key argument when it has one, else the request's header; checked as HTTP's keys are. */
+  private keyOf({ args, headers }: GraphqlField): { key: string; fromHeader: boolean } | undefined {
+    const argument = this.keyArgument === undefined ? undefined : args[this.keyArgument];
+    if (argument !== undefined && argument !== null) {
+      return { key: this.checkedKey(argument, `${this.keyArgument} argument`), fromHeader: false };
+    }
+    const header = headers?.[this.headerName.toLowerCase()];
+    if (header === undefined) return undefined;
+    return { key: this.checkedKey(header, `${this.headerName} header`), fromHeader: true };
+  }
+
+  private checkedKey(key: unknown, keyName: string): string {
+    if (typeof key !== 'string') throw new IdempotencyKeyInvalidError(keyName, 'it was sent more than once');
+    const fault = keyFault(key);
+    if (fault !== undefined) throw new IdempotencyKeyInvalidError(keyName, fault);
+    return key;
+  }
+
+  private keyName(): string {
+    const header = `${this.headerName} header`;
+    return this.keyArgument === undefined ? header : `${this.keyArgument} argument or an ${header}`;
+  }
+
+  private warnNotAMutation({ info }: GraphqlField): void {
+    const where = `${info.parentType.name}.${info.fieldName}`;
+    if (this.warnedNotMutations.has(where)) return;
+    this.warnedNotMutations.add(where);
+    this.logger.warn(
+      `@Idempotent() on ${where} does nothing: only root fields of mutations are claimed (a query is read-only, and ` +
+        'a nested field runs within its mutation, which is claimed as a whole).',
+    );
+  }
+}
