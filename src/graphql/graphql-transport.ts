@@ -98,7 +98,10 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
       policy,
       scope: { account, endpoint, key },
       fingerprint: createHash('sha256').update(canonicalJson(args)).digest('hex'),
-      terms: { key: fromHeader ? `${this.headerName} header` : `${this.keyArgument} argument`, usedWith: 'arguments' },
+      terms: {
+        key: fromHeader ? `${this.headerName} header` : `${this.keyArgument} argument`,
+        usedWith: 'set of arguments',
+      },
     };
   }
 

@@ -1,0 +1,218 @@
+import { NotFoundException } from '@nestjs/common';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { Args, Field, GraphQLModule, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
+import { GraphQLClient, type Variables } from 'graphql-request';
+import { DataSource } from 'typeorm';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import { IdempotencyGraphqlModule, type IdempotencyGraphqlOptions } from '../../src/graphql/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import { Gate } from '../support/gate.js';
+import { useTcpProxy } from '../support/tcp-proxy.js';
+import { type TestApp, useTestApp } from '../support/test-app.js';
+import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
+import { statusOf, WORK_LOG, workRowsOf } from '../support/work-log.js';
+import { waitFor } from '../support/wait-for.js';
+
+const gates = new Map<string, Gate>();
+
+@ObjectType()
+class Charge {
+  @Field(() => Int)
+  amount!: number;
+
+  /** The work_log row its run wrote: the same on every replay. */
+  @Field(() => Int)
+  run!: number;
+
+  @Field(() => String)
+  currency!: string;
+}
+
+@Resolver()
+class ChargesResolver {
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly postgres: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  // Marked by mistake: a query is read-only, and is not claimed.
+  @Idempotent()
+  @Query(() => String)
+  health(): string {
+    return 'ok';
+  }
+
+  @Idempotent()
+  @Mutation(() => Charge)
+  async createCharge(
+    @Args('amount', { type: () => Int }) amount: number,
+    @Args('idempotencyKey', { type: () => String, nullable: true }) _key?: string,
+    @Args('mode', { type: () => String, nullable: true }) mode?: string,
+  ): Promise<Charge> {
+    const key = this.idempotency.run?.scope.key ?? 'unguarded';
+    if (mode === 'gated') await gates.get(key)?.pass();
+    if (mode === 'missing') throw new NotFoundException('no such customer');
+    const manager = this.postgres.manager ?? this.dataSource.manager;
+    const [{ id }] = await manager.query<Array<{ id: number }>>('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+      key,
+    ]);
+    return { amount, run: id, currency: 'eur' };
+  }
+}
+
+const CREATE = /* GraphQL */ `
+  mutation Create($amount: Int!, $key: String, $mode: String) {
+    createCharge(amount: $amount, idempotencyKey: $key, mode: $mode) {
+      amount
+      run
+    }
+  }
+`;
+
+interface GraphqlAnswer {
+  status: number;
+  data?: Record<string, { amount: number; run: number; currency?: string } | null> | null;
+  errors?: Array<{ message: string; extensions?: Record<string, unknown> }>;
+}
+
+/** Sends `document` with graphql-request, returning the HTTP status, data and errors whatever they are. */
+async function send(app: TestApp, document: string, variables: Variables, headers: Record<string, string> = {}) {
+  const client = new GraphQLClient(`${app.url}/graphql`, { headers, errorPolicy: 'all' });
+  const { status, data, errors } = await client.rawRequest<GraphqlAnswer['data']>(document, variables);
+  return { status, data, errors: errors as GraphqlAnswer['errors'] } satisfies GraphqlAnswer;
+}
+
+function graphqlApp(db: TestDatabase | { url: string }, transactional: boolean, options: IdempotencyGraphqlOptions) {
+  return {
+    database: db,
+    pool: { max: 4 },
+    idempotency: { singleTenant: true, transactional, retryAfterSeconds: 1, storeTimeoutSeconds: 1 },
+    providers: [ChargesResolver],
+    imports: [
+      GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+      IdempotencyGraphqlModule.forRoot(options),
+    ],
+  };
+}
+
+describe('GraphQL mutations', () => {
+  const db = useTestDatabase(WORK_LOG);
+
+  describe.each([
+    ['standard', false],
+    ['transactional', true],
+  ])('%s mode, the key in an argument', (mode, transactional) => {
+    const app = useTestApp(() => graphqlApp(db, transactional, { keyArgument: 'idempotencyKey' }));
+    const key = (name: string) => `${name}-${mode}`;
+
+    it('runs a mutation once and replays its stored result, through a selection of its own', async () => {
+      const first = await send(app, CREATE, { amount: 100, key: key('once') });
+      expect(first).toEqual({ status: 200, data: { createCharge: { amount: 100, run: expect.any(Number) } } });
+      const replay = await send(
+        app,
+        'mutation($key: String) { createCharge(amount: 100, idempotencyKey: $key) { run currency } }',
+        { key: key('once') },
+      );
+      expect(replay.data).toEqual({ createCharge: { run: first.data?.createCharge?.run, currency: 'eur' } });
+      expect(await workRowsOf(db, key('once'))).toHaveLength(1);
+    });
+
+    it('refuses the key with other arguments: IDEMPOTENCY_KEY_REUSE, status 200', async () => {
+      await send(app, CREATE, { amount: 100, key: key('reused') });
+      const reused = await send(app, CREATE, { amount: 200, key: key('reused') });
+      expect(reused.status).toBe(200);
+      expect(reused.data).toBeNull();
+      expect(reused.errors?.[0]).toMatchObject({
+        message: expect.stringContaining('already used with a different set of arguments'),
+        extensions: { code: 'IDEMPOTENCY_KEY_REUSE' },
+      });
+      expect(await workRowsOf(db, key('reused'))).toHaveLength(1);
+    });
+
+    it('answers a duplicate while the first runs REQUEST_IN_PROGRESS with a retry hint', async () => {
+      const gate = new Gate();
+      gates.set(key('in-flight'), gate);
+      const first = send(app, CREATE, { amount: 5, key: key('in-flight'), mode: 'gated' });
+      await gate.reached;
+      const duplicate = await send(app, CREATE, { amount: 5, key: key('in-flight'), mode: 'gated' });
+      expect(duplicate.errors?.[0].extensions).toEqual({ code: 'REQUEST_IN_PROGRESS', retryAfterSeconds: 1 });
+      gate.release();
+      expect((await first).data?.createCharge).toEqual({ amount: 5, run: expect.any(Number) });
+      expect(await workRowsOf(db, key('in-flight'))).toHaveLength(1);
+    });
+
+    it('stores an HttpException of a final status, and replays it without running the resolver again', async () => {
+      const first = await send(app, CREATE, { amount: 1, key: key('missing'), mode: 'missing' });
+      const replay = await send(app, CREATE, { amount: 1, key: key('missing'), mode: 'missing' });
+      expect(first.errors?.[0].message).toBe('no such customer');
+      expect(replay.errors).toEqual(first.errors);
+      expect(await statusOf(db, key('missing'))).toBe('completed');
+    });
+
+    it('runs a mutation without a key unguarded, since keys are not required', async () => {
+      const answer = await send(app, CREATE, { amount: 3 });
+      expect(answer.data?.createCharge?.amount).toBe(3);
+      expect(await db.query("SELECT 1 FROM idempotency_records WHERE idempotency_key = 'unguarded'")).toEqual([]);
+    });
+  });
+
+  describe('the key in a header, shared by the fields of a document', () => {
+    const app = useTestApp(() => graphqlApp(db, false, { required: true }));
+    const ALIASED = 'mutation { first: createCharge(amount: 1) { run } second: createCharge(amount: 2) { run } }';
+
+    it('keeps a record per field (its alias), and replays both on a retry of the document', async () => {
+      const headers = { 'Idempotency-Key': 'aliased' };
+      const first = await send(app, ALIASED, {}, headers);
+      expect(first.data).toEqual({ first: { run: expect.any(Number) }, second: { run: expect.any(Number) } });
+      expect(first.data?.first?.run).not.toBe(first.data?.second?.run);
+      expect(await send(app, ALIASED, {}, headers)).toEqual(first);
+      const endpoints = await db.query<{ endpoint: string }>(
+        "SELECT endpoint FROM idempotency_records WHERE idempotency_key = 'aliased' ORDER BY endpoint",
+      );
+      expect(endpoints.map(({ endpoint }) => endpoint)).toEqual([
+        'graphql Mutation.createCharge as first',
+        'graphql Mutation.createCharge as second',
+      ]);
+    });
+
+    it('refuses a mutation without a key where keys are required: IDEMPOTENCY_KEY_REQUIRED', async () => {
+      const answer = await send(app, 'mutation { createCharge(amount: 9) { run } }', {});
+      expect(answer.status).toBe(200);
+      expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_KEY_REQUIRED' });
+    });
+
+    it('lets a query marked @Idempotent() through, warning once that only mutations are claimed', async () => {
+      const headers = { 'Idempotency-Key': 'a-query' };
+      for (let i = 0; i < 2; i += 1)
+        expect((await send(app, '{ health }', {}, headers)).data).toEqual({ health: 'ok' });
+      expect(
+        app.logger.warnings.filter((line) => line.includes('@Idempotent() on Query.health does nothing')),
+      ).toHaveLength(1);
+      expect(await db.query("SELECT 1 FROM idempotency_records WHERE idempotency_key = 'a-query'")).toEqual([]);
+    });
+
+    it('refuses an invalid key: IDEMPOTENCY_KEY_INVALID', async () => {
+      const answer = await send(app, 'mutation { createCharge(amount: 9) { run } }', {}, { 'Idempotency-Key': 'a b' });
+      expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_KEY_INVALID' });
+    });
+  });
+
+  describe('with the database unreachable', () => {
+    const proxy = useTcpProxy(db);
+    const app = useTestApp(
+      () => graphqlApp({ url: proxy.urlFor(db.url) }, true, { keyArgument: 'idempotencyKey' }),
+      () => proxy.bringUp(),
+    );
+
+    it('answers IDEMPOTENCY_STORE_UNAVAILABLE with a retry hint, and runs nothing', async () => {
+      proxy.takeDown();
+      const answer = await send(app, CREATE, { amount: 4, key: 'store-down' });
+      proxy.bringUp();
+      expect(answer.status).toBe(200);
+      expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE', retryAfterSeconds: 1 });
+      expect(app.logger.errors).toContainEqual(expect.stringContaining('the request is refused with 503'));
+      await waitFor(async () => ((await workRowsOf(db, 'store-down')).length === 0 ? true : undefined), 'no run');
+    });
+  });
+});
