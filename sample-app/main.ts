@@ -39,7 +39,10 @@ async function main(): Promise<void> {
   await (config.platform === 'fastify' ? app.listen(config.port, '0.0.0.0') : app.listen(config.port));
   const address = (app.getHttpServer() as Server).address();
   const port = typeof address === 'object' && address ? address.port : config.port;
-  const consuming = config.rabbitmq ? `; payout requests from RabbitMQ queue ${config.rabbitmq.queue}` : '';
+  const consuming = [
+    ...(config.rabbitmq ? [`; payout requests from RabbitMQ queue ${config.rabbitmq.queue}`] : []),
+    ...(config.jetstream ? [`; payout requests from JetStream stream ${config.jetstream.stream}`] : []),
+  ].join('');
   console.log(
     `Charges sample app listening on port ${port} (${config.platform}; database: ${embedded?.description ?? 'DATABASE_URL'}${consuming})`,
   );

@@ -22,6 +22,11 @@ export interface SampleConfig {
   platform: 'express' | 'fastify';
   /** The RabbitMQ broker to consume payout requests from (`RABBITMQ_URL`, `PAYOUT_QUEUE`); none without a URL. */
   rabbitmq?: { url: string; queue: string };
+  /**
+   * The NATS JetStream server to consume payout requests from (`NATS_URL`), its stream and durable consumer
+   * (`PAYOUT_STREAM`, `PAYOUT_DURABLE`), and the consumer's ack wait (`PAYOUT_ACK_WAIT_SECONDS`); none without a URL.
+   */
+  jetstream?: { url: string; stream: string; durable: string; ackWaitSeconds: number };
   /** Test-only: where a payout message's consumer stops until it is killed (`SAMPLE_PAUSE_AT`, `test-pause.ts`). */
   pauseAt?: PausePoint;
 }
@@ -46,6 +51,14 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
     platform: choice(env, 'SAMPLE_PLATFORM', ['express', 'fastify'], 'express'),
     rabbitmq: env.RABBITMQ_URL ? { url: env.RABBITMQ_URL, queue: env.PAYOUT_QUEUE || 'sample.payouts' } : undefined,
+    jetstream: env.NATS_URL
+      ? {
+          url: env.NATS_URL,
+          stream: env.PAYOUT_STREAM || 'SAMPLE_PAYOUTS',
+          durable: env.PAYOUT_DURABLE || 'sample-payouts',
+          ackWaitSeconds: integer(env, 'PAYOUT_ACK_WAIT_SECONDS', 30, 1),
+        }
+      : undefined,
     pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
 }

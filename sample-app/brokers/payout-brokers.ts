@@ -1,5 +1,6 @@
 import type { DynamicModule, INestApplication } from '@nestjs/common';
 import type { SampleConfig } from '../sample-config.js';
+import { jetStreamPayouts } from './jetstream-payouts.js';
 import { rabbitMqPayouts } from './rabbitmq-payouts.js';
 
 /**
@@ -13,7 +14,10 @@ export interface PayoutBroker {
   connect(app: INestApplication): Promise<void>;
 }
 
-/** The brokers `config` names: none without `RABBITMQ_URL`, and then the app serves HTTP only. */
+/** The brokers `config` names: none without `RABBITMQ_URL` or `NATS_URL`, and then the app serves HTTP only. */
 export function payoutBrokers(config: SampleConfig): PayoutBroker[] {
-  return config.rabbitmq ? [rabbitMqPayouts(config.rabbitmq, config)] : [];
+  return [
+    ...(config.rabbitmq ? [rabbitMqPayouts(config.rabbitmq, config)] : []),
+    ...(config.jetstream ? [jetStreamPayouts(config.jetstream, config)] : []),
+  ];
 }

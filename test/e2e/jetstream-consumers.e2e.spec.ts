@@ -1,20 +1,12 @@
 import { jetstreamManager } from '@nats-io/jetstream';
 import { connect, nanos } from '@nats-io/transport-node';
 import { Controller } from '@nestjs/common';
-import { Ctx, EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
-import { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import { Ctx, EventPattern, Payload } from '@nestjs/microservices';
 import { type JetStreamContext, JetStreamServer } from '../../src/jetstream/index.js';
-import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import type { TestConsumer } from '../support/consumer-app.js';
 import { Gate } from '../support/gate.js';
-import {
-  NATS_URL,
-  natsJetStream,
-  startJetStreamConsumer,
-  type TestConsumer,
-  uniquePrefix,
-  useTestStream,
-} from '../support/jetstream.js';
+import { NATS_URL, natsJetStream, startJetStreamConsumer, uniquePrefix, useTestStream } from '../support/jetstream.js';
+import { gates, payoutsConsumer } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
 import { useTestDatabase } from '../support/test-database.js';
 import { statusOf, WORK_LOG, workRowsOf } from '../support/work-log.js';
@@ -27,63 +19,24 @@ const QUOTE = `${PREFIX}.payout.quote`;
 const AUDIT = `${PREFIX}.audit`;
 const DURABLE = 'payouts';
 
-/** What the handlers do for a payload's `mode`: fail (once, or for good), or wait at a gate. */
-const failedOnce = new Set<string>();
-const gates = new Map<string, Gate>();
 /** The delivery count of each run, by key: a redelivery shows as 2. */
 const deliveriesRun = new Map<string, number[]>();
 /** When each run began, by key. */
 const runTimes = new Map<string, number[]>();
 
-interface Payout {
-  amount: number;
-  mode?: 'fail-once' | 'final' | 'gated';
-}
+const PayoutsConsumer = payoutsConsumer({ event: PAYOUT, request: QUOTE }, (key, context: JetStreamContext) => {
+  deliveriesRun.set(key, [...(deliveriesRun.get(key) ?? []), context.getMessage().info.deliveryCount]);
+  runTimes.set(key, [...(runTimes.get(key) ?? []), Date.now()]);
+});
 
 @Controller()
-class PayoutsConsumer {
-  constructor(
-    private readonly dataSource: DataSource,
-    private readonly postgres: PostgresIdempotencyContext,
-    private readonly idempotency: IdempotencyContext,
-  ) {}
-
-  @Idempotent()
-  @EventPattern<string>(PAYOUT)
-  async pay(@Payload() payout: Payout, @Ctx() context: JetStreamContext): Promise<void> {
-    await this.work(payout, context);
-  }
-
-  @Idempotent()
-  @MessagePattern(QUOTE)
-  async quote(@Payload() payout: Payout, @Ctx() context: JetStreamContext): Promise<{ quoted: number; run: number }> {
-    return { quoted: payout.amount * 2, run: await this.work(payout, context) };
-  }
-
+class AuditConsumer {
   /** Not idempotent: the server's own settlement, ack after the handler, nak on its error. */
   @EventPattern<string>(AUDIT)
-  async audit(@Payload() entry: { id: string }, @Ctx() context: JetStreamContext): Promise<void> {
+  audit(@Payload() entry: { id: string }, @Ctx() context: JetStreamContext): void {
     const { deliveryCount } = context.getMessage().info;
     deliveriesRun.set(entry.id, [...(deliveriesRun.get(entry.id) ?? []), deliveryCount]);
     if (deliveryCount === 1) throw new Error('the audit log is down');
-  }
-
-  /** One row in work_log per run, through the run's transaction when it has one. */
-  private async work(payout: Payout, context: JetStreamContext): Promise<number> {
-    const key = this.idempotency.run?.scope.key ?? 'unguarded';
-    deliveriesRun.set(key, [...(deliveriesRun.get(key) ?? []), context.getMessage().info.deliveryCount]);
-    runTimes.set(key, [...(runTimes.get(key) ?? []), Date.now()]);
-    if (payout.mode === 'fail-once' && !failedOnce.has(key)) {
-      failedOnce.add(key);
-      throw new Error('the payment provider timed out');
-    }
-    if (payout.mode === 'final') throw new RpcException({ reason: 'insufficient_funds' });
-    if (payout.mode === 'gated') await gates.get(key)?.pass();
-    const manager = this.postgres.manager ?? this.dataSource.manager;
-    const [{ id }] = await manager.query<Array<{ id: number }>>('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
-      key,
-    ]);
-    return id;
   }
 }
 
@@ -123,7 +76,7 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
           database: db,
           pool: { max: 5 },
           idempotency: { singleTenant: true, transactional, retryAfterSeconds: 0.2, inFlightWaitSeconds: 10 },
-          controllers: [PayoutsConsumer],
+          controllers: [PayoutsConsumer, AuditConsumer],
         },
         server(stream.name),
       );

@@ -1,78 +1,17 @@
-import { Controller } from '@nestjs/common';
-import {
-  EventPattern,
-  MessagePattern,
-  type MicroserviceOptions,
-  Payload,
-  RmqRecordBuilder,
-  RpcException,
-  Transport,
-} from '@nestjs/microservices';
+import { type MicroserviceOptions, RmqRecordBuilder, RpcException, Transport } from '@nestjs/microservices';
 import { firstValueFrom } from 'rxjs';
-import { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyContext } from '../../src/index.js';
-import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
+import type { TestConsumer } from '../support/consumer-app.js';
 import { Gate } from '../support/gate.js';
-import {
-  RABBITMQ_URL,
-  rabbitmq,
-  rabbitMqClient,
-  startRabbitMqConsumer,
-  type TestConsumer,
-  useTestQueue,
-} from '../support/rabbitmq.js';
+import { RABBITMQ_URL, rabbitmq, rabbitMqClient, startRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
+import { gates, payoutsConsumer } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
 import { startTestApp } from '../support/test-app.js';
 import { useTestDatabase } from '../support/test-database.js';
 import { statusOf, WORK_LOG, workRowsOf } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
 
-/** What the handlers do for a payload's `mode`: fail (once, or for good), or wait at a gate. */
-const failedOnce = new Set<string>();
-const gates = new Map<string, Gate>();
-
-interface Payout {
-  amount: number;
-  mode?: 'fail-once' | 'final' | 'gated';
-}
-
-@Controller()
-class PayoutsConsumer {
-  constructor(
-    private readonly dataSource: DataSource,
-    private readonly postgres: PostgresIdempotencyContext,
-    private readonly idempotency: IdempotencyContext,
-  ) {}
-
-  @Idempotent()
-  @EventPattern('payout.requested')
-  async pay(@Payload() payout: Payout): Promise<void> {
-    await this.work(payout);
-  }
-
-  @Idempotent()
-  @MessagePattern('payout.quote')
-  async quote(@Payload() payout: Payout): Promise<{ quoted: number; run: number }> {
-    return { quoted: payout.amount * 2, run: await this.work(payout) };
-  }
-
-  /** One row in work_log per run, through the run's transaction when it has one. */
-  private async work(payout: Payout): Promise<number> {
-    const key = this.idempotency.run?.scope.key ?? 'unguarded';
-    if (payout.mode === 'fail-once' && !failedOnce.has(key)) {
-      failedOnce.add(key);
-      throw new Error('the payment provider timed out');
-    }
-    if (payout.mode === 'final') throw new RpcException({ reason: 'insufficient_funds' });
-    if (payout.mode === 'gated') await gates.get(key)?.pass();
-    const manager = this.postgres.manager ?? this.dataSource.manager;
-    const [{ id }] = await manager.query<Array<{ id: number }>>('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
-      key,
-    ]);
-    return id;
-  }
-}
+const PayoutsConsumer = payoutsConsumer({ event: 'payout.requested', request: 'payout.quote' });
 
 describeWith(rabbitmq, 'RabbitMQ consumers', () => {
   const db = useTestDatabase(WORK_LOG);

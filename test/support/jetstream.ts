@@ -1,6 +1,4 @@
 import { randomBytes } from 'node:crypto';
-import type { INestMicroservice } from '@nestjs/common';
-import type { MicroserviceOptions } from '@nestjs/microservices';
 import { jetstreamManager, type PubAck } from '@nats-io/jetstream';
 import { connect, createInbox, type NatsConnection } from '@nats-io/transport-node';
 import {
@@ -11,8 +9,8 @@ import {
   JetStreamServer,
   REPLY_TO_HEADER,
 } from '../../src/jetstream/index.js';
-import type { RecordingLogger } from './recording-logger.js';
-import { compileTestModule, type TestModuleOptions } from './test-app.js';
+import { startConsumerApp, type TestConsumer } from './consumer-app.js';
+import type { TestModuleOptions } from './test-app.js';
 import { madeBeforeAll } from './made-before-all.js';
 import { requireService } from './required-service.js';
 import { waitFor } from './wait-for.js';
@@ -132,29 +130,16 @@ async function rawRequest(
 }
 
 /** A consumer app: the test module of `options` with `IdempotencyJetStreamModule`, on a `JetStreamServer`. */
-export async function startJetStreamConsumer(
+export function startJetStreamConsumer(
   options: TestModuleOptions,
   server: Omit<JetStreamServerOptions, 'servers'>,
   transportOptions: IdempotencyJetStreamOptions = {},
 ): Promise<TestConsumer> {
-  const { moduleRef, logger } = await compileTestModule({
-    ...options,
-    imports: [IdempotencyJetStreamModule.forRoot(transportOptions), ...(options.imports ?? [])],
-  });
-  const app = moduleRef.createNestMicroservice<MicroserviceOptions>({
-    strategy: new JetStreamServer({ servers: NATS_URL, ...server }),
-    logger,
-  });
-  await app.listen();
-  let closed: Promise<void> | undefined;
-  return { app, logger, close: () => (closed ??= app.close()) };
-}
-
-export interface TestConsumer {
-  app: INestMicroservice;
-  logger: RecordingLogger;
-  /** Closes the consumer (what it has not acknowledged, JetStream redelivers); once, however often called. */
-  close(): Promise<void>;
+  return startConsumerApp(
+    options,
+    IdempotencyJetStreamModule.forRoot(transportOptions),
+    new JetStreamServer({ servers: NATS_URL, ...server }),
+  );
 }
 
 /** A prefix of subjects, and the stream's name, unique to this run of a test file. */

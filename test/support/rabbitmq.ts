@@ -1,10 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import type { INestMicroservice } from '@nestjs/common';
-import { ClientRMQ, type MicroserviceOptions, ServerRMQ } from '@nestjs/microservices';
+import { ClientRMQ, ServerRMQ } from '@nestjs/microservices';
 import amqp from 'amqplib';
 import { IdempotencyRabbitMqModule, type IdempotencyRabbitMqOptions } from '../../src/rabbitmq/index.js';
-import type { RecordingLogger } from './recording-logger.js';
-import { compileTestModule, type TestModuleOptions } from './test-app.js';
+import { startConsumerApp, type TestConsumer } from './consumer-app.js';
+import type { TestModuleOptions } from './test-app.js';
 import { madeBeforeAll } from './made-before-all.js';
 import { requireService } from './required-service.js';
 
@@ -91,16 +90,12 @@ export function useTestQueue(deliveryLimit = 5): TestQueue {
 }
 
 /** A consumer of `queue`: the test module of `options` with `IdempotencyRabbitMqModule`, on Nest's RabbitMQ server. */
-export async function startRabbitMqConsumer(
+export function startRabbitMqConsumer(
   options: TestModuleOptions,
   queue: TestQueue,
   consumerOptions: IdempotencyRabbitMqOptions & { prefetchCount?: number } = {},
 ): Promise<TestConsumer> {
   const { prefetchCount = 10, ...transportOptions } = consumerOptions;
-  const { moduleRef, logger } = await compileTestModule({
-    ...options,
-    imports: [IdempotencyRabbitMqModule.forRoot(transportOptions), ...(options.imports ?? [])],
-  });
   const server = new ServerRMQ({
     urls: [RABBITMQ_URL],
     queue: queue.name,
@@ -108,22 +103,7 @@ export async function startRabbitMqConsumer(
     noAck: false,
     prefetchCount,
   });
-  const handled = { count: 0 };
-  // Nest's end of a message's processing: after its pipeline (and so the module's settlement of it) has ended.
-  server.setOnProcessingEndHook(() => (handled.count += 1));
-  const app = moduleRef.createNestMicroservice<MicroserviceOptions>({ strategy: server, logger });
-  await app.listen();
-  let closed: Promise<void> | undefined;
-  return { app, logger, handled, close: () => (closed ??= app.close()) };
-}
-
-export interface TestConsumer {
-  app: INestMicroservice;
-  /** How many messages' processing has ended (the module settles a message before that). */
-  handled: { readonly count: number };
-  logger: RecordingLogger;
-  /** Closes the consumer (its channel: what it has not acknowledged goes back to the queue); once, however often called. */
-  close(): Promise<void>;
+  return startConsumerApp(options, IdempotencyRabbitMqModule.forRoot(transportOptions), server);
 }
 
 /** Nest's RabbitMQ client on `queue`, for requests (`send`) whose replies come back on its reply queue. */
