@@ -4,6 +4,8 @@ import { HttpException, HttpStatus } from '@nestjs/common';
 export class ApiError extends HttpException {
   constructor(status: HttpStatus, type: string, code: string, message: string, param?: string) {
     super({ error: { type, code, message, ...(param ? { param } : {}) } }, status);
+    // What GraphQL's error and the logs show; the REST body is the response above.
+    this.message = message;
   }
 }
 

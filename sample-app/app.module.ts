@@ -1,6 +1,9 @@
 import { type DynamicModule, type MiddlewareConsumer, Module, type NestModule } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
+import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
+import { GraphQLModule } from '@nestjs/graphql';
+import { IdempotencyGraphqlModule } from '../src/graphql/index.js';
 import { IdempotencyModule } from '../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
 import { accountOf } from './auth/account-of.js';
@@ -8,6 +11,7 @@ import { ApiKeyGuard } from './auth/api-key.guard.js';
 import { payoutBrokers } from './brokers/payout-brokers.js';
 import { Charge } from './charges/charge.entity.js';
 import { ChargesController } from './charges/charges.controller.js';
+import { ChargesResolver } from './charges/charges.resolver.js';
 import { ChargesService } from './charges/charges.service.js';
 import { HealthController } from './health.controller.js';
 import { DropFirstResponseMiddleware } from './page/drop-first-response.middleware.js';
@@ -56,6 +60,13 @@ export class AppModule implements NestModule {
           accountResolver: accountOf,
         }),
         ...brokers.map((broker) => broker.module),
+        // `createCharge` at /graphql; its request is the GraphQL context's `req` on either platform.
+        GraphQLModule.forRoot<ApolloDriverConfig>({
+          driver: ApolloDriver,
+          autoSchemaFile: true,
+          context: (context: { req?: unknown; request?: unknown }) => ({ req: context.req ?? context.request }),
+        }),
+        IdempotencyGraphqlModule.forRoot({ keyArgument: 'idempotencyKey', required: true }),
       ],
       controllers: [
         ChargesController,
@@ -72,6 +83,7 @@ export class AppModule implements NestModule {
           : { provide: PAYMENT_PROVIDER, useClass: FakePaymentProvider },
         { provide: APP_GUARD, useClass: ApiKeyGuard },
         ChargesService,
+        ChargesResolver,
         RefundsService,
         PayoutWorker,
       ],

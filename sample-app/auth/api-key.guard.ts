@@ -29,7 +29,7 @@ export class ApiKeyGuard implements CanActivate {
     if (context.getType() === 'rpc') return true;
     if (this.reflector.getAllAndOverride<boolean>(PUBLIC_ROUTE, [context.getHandler(), context.getClass()]))
       return true;
-    const request = context.switchToHttp().getRequest<AuthenticatedRequest>();
+    const request = requestOf(context);
     const key = apiKeyOf(request);
     if (!key || !API_KEY.test(key)) {
       throw new ApiError(
@@ -42,6 +42,12 @@ export class ApiKeyGuard implements CanActivate {
     request.account = key;
     return true;
   }
+}
+
+/** The HTTP request of a call: a route's, or a GraphQL operation's (its context's `req`, set in app.module.ts). */
+export function requestOf(context: ExecutionContext): AuthenticatedRequest {
+  if (context.getType<string>() === 'graphql') return context.getArgByIndex<{ req: AuthenticatedRequest }>(2).req;
+  return context.switchToHttp().getRequest<AuthenticatedRequest>();
 }
 
 function apiKeyOf(request: AuthenticatedRequest): string | undefined {
