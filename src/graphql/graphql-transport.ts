@@ -26,7 +26,7 @@ import { keyFault } from '../protocol/scope-values.js';
 import { nonEmptyString, boolean } from '../protocol/option-checks.js';
 import { type GraphqlField, graphqlFieldOf, isRootMutationField } from './graphql-field.js';
 import { outcomeOf, storedException, storedValue } from './graphql-outcomes.js';
-import { graphqlRefusal } from './graphql-refusals.js';
+import { GraphqlRefusal } from './graphql-refusals.js';
 import type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
 import { GRAPHQL_OPTIONS } from './idempotency-graphql.module-definition.js';
 
@@ -133,8 +133,8 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     return 'value' in ended ? of(ended.value) : throwError(() => ended.error);
   }
 
-  refusal(error: IdempotencyError): GraphQLError {
-    return graphqlRefusal(error);
+  refusal(error: IdempotencyError): GraphqlRefusal {
+    return new GraphqlRefusal(error);
   }
 
   /** The field's key: its key argument when it has one, else the request's header; checked as HTTP's keys are. */

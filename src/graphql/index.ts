@@ -2,4 +2,4 @@
 // dependency), which the main entry point does not.
 export { IdempotencyGraphqlModule } from './idempotency-graphql.module.js';
 export type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
-export { graphqlErrorCode } from './graphql-refusals.js';
+export { graphqlErrorCode, GraphqlRefusal } from './graphql-refusals.js';

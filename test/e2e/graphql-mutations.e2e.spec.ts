@@ -128,6 +128,8 @@ describe('GraphQL mutations', () => {
         extensions: { code: 'IDEMPOTENCY_KEY_REUSE' },
       });
       expect(await workRowsOf(db, key('reused'))).toHaveLength(1);
+      // A client's mistake, not the server's: Nest's exception handler does not log it as an error.
+      expect(app.logger.errors.filter((line) => line.includes('IdempotencyKeyReuseError'))).toEqual([]);
     });
 
     it('answers a duplicate while the first runs REQUEST_IN_PROGRESS with a retry hint', async () => {
