@@ -1,9 +1,16 @@
-import { type MicroserviceOptions, RmqRecordBuilder, RpcException, Transport } from '@nestjs/microservices';
-import { firstValueFrom } from 'rxjs';
+import { type MicroserviceOptions, RpcException, Transport } from '@nestjs/microservices';
 import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
 import type { TestConsumer } from '../support/consumer-app.js';
 import { Gate } from '../support/gate.js';
-import { RABBITMQ_URL, rabbitmq, rabbitMqClient, startRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
+import {
+  RABBITMQ_URL,
+  rabbitmq,
+  rabbitMqClient,
+  request,
+  startRabbitMqConsumer,
+  useRabbitMqConsumer,
+  useTestQueue,
+} from '../support/rabbitmq.js';
 import { gates, payoutsConsumer } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
 import { startTestApp } from '../support/test-app.js';
@@ -18,38 +25,26 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
 
   describe('an accountResolver that answers a message with an RpcException', () => {
     const queue = useTestQueue();
-    let consumer: TestConsumer;
-
-    beforeAll(async () => {
-      consumer = await startRabbitMqConsumer(
-        {
-          database: db,
-          pool: { max: 3 },
-          idempotency: {
-            accountResolver: (context) => {
-              const { account } = context.switchToRpc().getData<{ account?: string }>();
-              if (account === undefined) throw new RpcException({ reason: 'no account' });
-              return account;
-            },
-          },
-          controllers: [PayoutsConsumer],
+    const consumer = useRabbitMqConsumer(queue, () => ({
+      database: db,
+      pool: { max: 3 },
+      idempotency: {
+        accountResolver: (context) => {
+          const { account } = context.switchToRpc().getData<{ account?: string }>();
+          if (account === undefined) throw new RpcException({ reason: 'no account' });
+          return account;
         },
-        queue,
-      );
-    });
-    afterAll(() => consumer.close());
+      },
+      controllers: [PayoutsConsumer],
+    }));
 
     it('rejects the message (dead-lettered), and answers a request with the exception', async () => {
       await queue.publish('payout.requested', { amount: 2 }, { messageId: 'no-account-event' });
       const client = await rabbitMqClient(queue);
       try {
-        const reply = firstValueFrom(
-          client.send(
-            'payout.quote',
-            new RmqRecordBuilder({ amount: 2 }).setOptions({ messageId: 'no-account' }).build(),
-          ),
-        );
-        await expect(reply).rejects.toEqual({ reason: 'no account' });
+        await expect(request(client, 'payout.quote', { amount: 2 }, 'no-account')).rejects.toEqual({
+          reason: 'no account',
+        });
       } finally {
         await client.close();
       }
@@ -69,20 +64,12 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
     ['transactional', true],
   ])('%s mode', (_mode, transactional) => {
     const queue = useTestQueue();
-    let consumer: TestConsumer;
-
-    beforeAll(async () => {
-      consumer = await startRabbitMqConsumer(
-        {
-          database: db,
-          pool: { max: 5 },
-          idempotency: { singleTenant: true, transactional, retryAfterSeconds: 0.2, inFlightWaitSeconds: 10 },
-          controllers: [PayoutsConsumer],
-        },
-        queue,
-      );
-    });
-    afterAll(() => consumer.close());
+    const consumer = useRabbitMqConsumer(queue, () => ({
+      database: db,
+      pool: { max: 5 },
+      idempotency: { singleTenant: true, transactional, retryAfterSeconds: 0.2, inFlightWaitSeconds: 10 },
+      controllers: [PayoutsConsumer],
+    }));
 
     const key = (name: string) => `${name}-${transactional ? 'tx' : 'std'}`;
     const runsOf = async (name: string) => (await workRowsOf(db, key(name))).length;
@@ -108,13 +95,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
     it('answers a request sent twice with the one reply of its one run', async () => {
       const client = await rabbitMqClient(queue);
       try {
-        const send = () =>
-          firstValueFrom(
-            client.send(
-              'payout.quote',
-              new RmqRecordBuilder({ amount: 21 }).setOptions({ messageId: key('request-twice') }).build(),
-            ),
-          );
+        const send = () => request(client, 'payout.quote', { amount: 21 }, key('request-twice'));
         const first = await send();
         const second = await send();
         expect(first).toEqual({ quoted: 42, run: expect.any(Number) });
@@ -136,13 +117,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
     it('stores a final error, acknowledges it, and answers its redelivery with the same error', async () => {
       const client = await rabbitMqClient(queue);
       try {
-        const send = () =>
-          firstValueFrom(
-            client.send(
-              'payout.quote',
-              new RmqRecordBuilder({ amount: 1, mode: 'final' }).setOptions({ messageId: key('final') }).build(),
-            ),
-          );
+        const send = () => request(client, 'payout.quote', { amount: 1, mode: 'final' }, key('final'));
         await expect(send()).rejects.toEqual({ reason: 'insufficient_funds' });
         expect(await statusOf(db, key('final'))).toBe('completed');
         await expect(send()).rejects.toEqual({ reason: 'insufficient_funds' });
@@ -234,21 +209,16 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
 
   describe('keys from a function, and messages without one run unguarded', () => {
     const queue = useTestQueue();
-    let consumer: TestConsumer;
-
-    beforeAll(async () => {
-      consumer = await startRabbitMqConsumer(
-        {
-          database: db,
-          pool: { max: 4 },
-          idempotency: { singleTenant: true },
-          controllers: [PayoutsConsumer],
-        },
-        queue,
-        { key: (payload) => (payload as { payoutId?: string }).payoutId, withoutKey: 'run' },
-      );
-    });
-    afterAll(() => consumer.close());
+    const consumer = useRabbitMqConsumer(
+      queue,
+      () => ({
+        database: db,
+        pool: { max: 4 },
+        idempotency: { singleTenant: true },
+        controllers: [PayoutsConsumer],
+      }),
+      { key: (payload) => (payload as { payoutId?: string }).payoutId, withoutKey: 'run' },
+    );
 
     it('takes the key from the payload, and runs a message without one with a warning, acknowledged', async () => {
       await queue.publish('payout.requested', { amount: 2, payoutId: 'from-payload' });

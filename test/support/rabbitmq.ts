@@ -1,6 +1,7 @@
 import { randomBytes } from 'node:crypto';
-import { ClientRMQ, ServerRMQ } from '@nestjs/microservices';
+import { ClientRMQ, RmqRecordBuilder, ServerRMQ } from '@nestjs/microservices';
 import amqp from 'amqplib';
+import { firstValueFrom } from 'rxjs';
 import { IdempotencyRabbitMqModule, type IdempotencyRabbitMqOptions } from '../../src/rabbitmq/index.js';
 import { startConsumerApp, type TestConsumer } from './consumer-app.js';
 import type { TestModuleOptions } from './test-app.js';
@@ -106,9 +107,26 @@ export function startRabbitMqConsumer(
   return startConsumerApp(options, IdempotencyRabbitMqModule.forRoot(transportOptions), server);
 }
 
+/** `startRabbitMqConsumer` for the block's tests: started in a `beforeAll` (`options` read then), closed after them. */
+export function useRabbitMqConsumer(
+  queue: TestQueue,
+  options: () => TestModuleOptions,
+  consumerOptions?: Parameters<typeof startRabbitMqConsumer>[2],
+): TestConsumer {
+  return madeBeforeAll(
+    () => startRabbitMqConsumer(options(), queue, consumerOptions),
+    (consumer) => consumer.close(),
+  );
+}
+
 /** Nest's RabbitMQ client on `queue`, for requests (`send`) whose replies come back on its reply queue. */
 export async function rabbitMqClient(queue: TestQueue): Promise<ClientRMQ> {
   const client = new ClientRMQ({ urls: [RABBITMQ_URL], queue: queue.name, queueOptions: queue.queueOptions });
   await client.connect();
   return client;
+}
+
+/** Sends a request of `pattern` with its AMQP `messageId` (the module's key), and resolves to its reply. */
+export function request(client: ClientRMQ, pattern: string, data: unknown, messageId: string): Promise<unknown> {
+  return firstValueFrom(client.send(pattern, new RmqRecordBuilder(data).setOptions({ messageId }).build()));
 }
