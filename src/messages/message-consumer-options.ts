@@ -1,3 +1,4 @@
+import { HttpException } from '@nestjs/common';
 import { RpcException } from '@nestjs/microservices';
 import { callable, nonEmptyString, oneOf } from '../protocol/option-checks.js';
 import { describedValue } from '../protocol/described-value.js';
@@ -10,9 +11,19 @@ export interface ResolvedConsumerOptions<Context> {
   isFinalError: (error: unknown) => boolean;
 }
 
-/** An `RpcException` is how a handler answers its caller with an error: its outcome, not a fault to retry. */
+/** Statuses of an `HttpException` that say "later", which a redelivery may get past. */
+const TRY_AGAIN_STATUSES: ReadonlySet<number> = new Set([408, 425, 429]);
+
+/**
+ * The outcomes of a message that its redelivery would only repeat: an `RpcException` (how a handler answers its caller
+ * with an error), and an `HttpException` of a client's error (a `ValidationPipe`'s 400 for a payload it refuses:
+ * the same payload comes back), but those that say "later" (408, 425, 429). Anything else is a fault, retried.
+ */
 export function isFinalErrorByDefault(error: unknown): boolean {
-  return error instanceof RpcException;
+  if (error instanceof RpcException) return true;
+  if (!(error instanceof HttpException)) return false;
+  const status = error.getStatus();
+  return status >= 400 && status < 500 && !TRY_AGAIN_STATUSES.has(status);
 }
 
 /** Checks a consumer transport's options (at start-up), and fills in the defaults, `defaultKey` the broker's. */

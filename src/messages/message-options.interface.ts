@@ -20,7 +20,8 @@ export interface MessageConsumerOptions<Context = unknown> {
    * Whether an error a handler throws is its final outcome: stored (a redelivery gets it again without running the
    * handler; a request-response caller gets the same error) and the message acknowledged. Any other error releases
    * the claim and the message is redelivered after `retryAfterSeconds`, counting toward the broker's delivery
-   * limit. Default: an `RpcException` is final (it is how a handler answers its caller with an error), others are
+   * limit. Default: `isFinalErrorByDefault`, an `RpcException` (how a handler answers its caller with an error) and
+   * an `HttpException` of a client's error (a `ValidationPipe`'s 400), but 408, 425 and 429, are final; others are
    * not.
    */
   isFinalError?: (error: unknown) => boolean;

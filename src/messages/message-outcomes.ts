@@ -1,3 +1,4 @@
+import { HttpException } from '@nestjs/common';
 import { RpcException } from '@nestjs/microservices';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 
@@ -28,9 +29,21 @@ export function outcomeOf(stored: StoredResponse): MessageOutcome {
     : { kind: 'value', value: parsed };
 }
 
-/** What of an error a final outcome stores: an `RpcException`'s error (what its caller gets), or the error's message. */
+/**
+ * What of an error a final outcome stores, and its caller gets: an `RpcException`'s error, an `HttpException`'s
+ * response (a `ValidationPipe`'s `{ statusCode, message, error }`), or another error's name and message.
+ */
 export function storableError(error: unknown): unknown {
   if (error instanceof RpcException) return error.getError();
+  if (error instanceof HttpException) return error.getResponse();
   if (error instanceof Error) return { name: error.name, message: error.message };
   return error;
+}
+
+/**
+ * A final error as a request's caller gets it, the first time as on each replay: an `RpcException` of what is stored
+ * (Nest would answer another error `Internal server error`, and log it).
+ */
+export function finalError(stored: unknown): RpcException {
+  return new RpcException(stored as object);
 }

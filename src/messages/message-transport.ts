@@ -26,7 +26,7 @@ import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import { keyFault } from '../protocol/scope-values.js';
 import { describedValue } from '../protocol/described-value.js';
 import type { MessageDelivery } from './message-delivery.interface.js';
-import { type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
+import { finalError, type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
 import { type ResolvedConsumerOptions, keyNameOf } from './message-consumer-options.js';
 import { SettledOnce } from './settled-once.js';
 
@@ -141,7 +141,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     delivery.ack();
     const outcome = outcomeOf(stored);
     if (outcome.kind === 'value') return of(outcome.value);
-    return plan.request ? throwError(() => new RpcException(outcome.error as object)) : EMPTY;
+    return plan.request ? throwError(() => finalError(outcome.error)) : EMPTY;
   }
 
   async run(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
@@ -167,7 +167,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     if (refused) throw refused;
     if (!outcome) return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as FailedEnd).error);
     delivery.ack();
-    return ended.status === 'done' ? of(ended.value) : throwError(() => ended.error);
+    return outcome.kind === 'value' ? of(outcome.value) : this.answerFinalError(plan, scope.endpoint, outcome.error);
   }
 
   /** An idempotent handler run without a key (`withoutKey: 'run'`): its message is settled as a guarded one's. */
@@ -177,9 +177,10 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return new Observable<unknown>((subscriber) => {
       void this.handled(next).then((ended) => {
         const delivery = this.deliveryFor(context);
-        const final = this.finalOutcome(ended) !== undefined;
-        const answer = final
-          ? (delivery.ack(), ended.status === 'done' ? of(ended.value) : throwError(() => ended.error))
+        const outcome = this.finalOutcome(ended);
+        const answer = outcome
+          ? (delivery.ack(),
+            outcome.kind === 'value' ? of(outcome.value) : this.answerFinalError(plan, plan.consumer, outcome.error))
           : this.redeliverAfterFailure(plan, delivery, plan.consumer, (ended as FailedEnd).error);
         answer.subscribe(subscriber);
       });
@@ -250,6 +251,16 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   private finalOutcome(ended: HandlerEnd): MessageOutcome | undefined {
     if (ended.status === 'done') return { kind: 'value', value: ended.value };
     return this.options.isFinalError(ended.error) ? { kind: 'error', error: storableError(ended.error) } : undefined;
+  }
+
+  /** A final error, stored and its message acknowledged: a request's caller gets it; an event's is logged. */
+  private answerFinalError(plan: MessagePlan, where: string, stored: unknown): Observable<unknown> {
+    if (plan.request) return throwError(() => finalError(stored));
+    this.logger.warn(
+      `The handler of a message to ${where} failed for good (its error is final): the message is acknowledged, and ` +
+        `its redeliveries are too, without running it: ${JSON.stringify(stored)}`,
+    );
+    return EMPTY;
   }
 
   /**

@@ -127,6 +127,23 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
       }
     });
 
+    it("takes a client's error (a ValidationPipe's 400) as final: stored, acknowledged, the same to each caller", async () => {
+      await queue.publish('payout.requested', { amount: -1, mode: 'invalid' }, { messageId: key('invalid-event') });
+      const client = await rabbitMqClient(queue);
+      try {
+        const send = () => request(client, 'payout.quote', { amount: -1, mode: 'invalid' }, key('invalid'));
+        const refused = { statusCode: 400, message: 'amount must be positive', error: 'Bad Request' };
+        await expect(send()).rejects.toEqual(refused);
+        await expect(send()).rejects.toEqual(refused);
+      } finally {
+        await client.close();
+      }
+      await handled(3);
+      expect(await statusOf(db, key('invalid-event'))).toBe('completed');
+      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('failed for good (its error is final)'));
+      expect(consumer.logger.errors).toEqual([]);
+    });
+
     it('dead-letters a message without a key, and one whose key was used with another payload', async () => {
       await queue.publish('payout.requested', { amount: 3 });
       await queue.publish('payout.requested', { amount: 3 }, { messageId: key('reused') });

@@ -1,14 +1,17 @@
-import { Controller, type Type } from '@nestjs/common';
+import { BadRequestException, Controller, type Type } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import type { Gate } from './gate.js';
 
-/** A payout message of the consumer specs: its `mode` says what its handler does (fail once, or for good, or wait). */
+/**
+ * A payout message of the consumer specs: its `mode` says what its handler does (fail once, fail for good with an
+ * `RpcException` or a `BadRequestException`, or wait).
+ */
 export interface Payout {
   amount: number;
-  mode?: 'fail-once' | 'final' | 'gated';
+  mode?: 'fail-once' | 'final' | 'invalid' | 'gated';
 }
 
 /** The gates `gated` payouts wait at, by key: a test sets one before it publishes. */
@@ -53,6 +56,8 @@ export function payoutsConsumer<Context>(
         throw new Error('the payment provider timed out');
       }
       if (payout.mode === 'final') throw new RpcException({ reason: 'insufficient_funds' });
+      // What a ValidationPipe throws for a payload it refuses.
+      if (payout.mode === 'invalid') throw new BadRequestException('amount must be positive');
       if (payout.mode === 'gated') await gates.get(key)?.pass();
       const manager = this.postgres.manager ?? this.dataSource.manager;
       const [{ id }] = await manager.query<Array<{ id: number }>>(

@@ -1,5 +1,15 @@
 import { RpcException } from '@nestjs/microservices';
-import { keyNameOf, resolveConsumerOptions } from '../../src/messages/message-consumer-options.js';
+import {
+  BadRequestException,
+  HttpException,
+  ServiceUnavailableException,
+  UnprocessableEntityException,
+} from '@nestjs/common';
+import {
+  isFinalErrorByDefault,
+  keyNameOf,
+  resolveConsumerOptions,
+} from '../../src/messages/message-consumer-options.js';
 import { outcomeOf, storableError, storedOutcome } from '../../src/messages/message-outcomes.js';
 
 describe('message consumer options', () => {
@@ -9,6 +19,16 @@ describe('message consumer options', () => {
     expect(options.withoutKey).toBe('reject');
     expect(options.isFinalError(new RpcException('no'))).toBe(true);
     expect(options.isFinalError(new Error('timeout'))).toBe(false);
+  });
+
+  it.each([
+    [new BadRequestException('amount must be positive'), true],
+    [new UnprocessableEntityException(), true],
+    [new HttpException('later', 429), false],
+    [new HttpException('too early', 425), false],
+    [new ServiceUnavailableException(), false],
+  ])("take %s for a message's final outcome: %s", (error, final) => {
+    expect(isFinalErrorByDefault(error)).toBe(final);
   });
 
   it.each([
