@@ -247,7 +247,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     }
   }
 
-  /** The outcome to store, or `undefined` when the handler failed in a way a redelivery may not. */
+  /** The outcome to store, or `undefined` when the handler failed in a way a redelivery may get past (a fault). */
   private finalOutcome(ended: HandlerEnd): MessageOutcome | undefined {
     if (ended.status === 'done') return { kind: 'value', value: ended.value };
     return this.options.isFinalError(ended.error) ? { kind: 'error', error: storableError(ended.error) } : undefined;
