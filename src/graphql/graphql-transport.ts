@@ -22,6 +22,7 @@ import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
+import { parseIdempotencyKey } from '../protocol/key-header.js';
 import { keyFault } from '../protocol/scope-values.js';
 import { nonEmptyString, boolean } from '../protocol/option-checks.js';
 import { type GraphqlField, graphqlFieldOf, isRootMutationField } from './graphql-field.js';
@@ -33,12 +34,19 @@ import { GRAPHQL_OPTIONS } from './idempotency-graphql.module-definition.js';
 /** An idempotent root mutation field, as read. */
 type GraphqlCall = IdempotentCall;
 
+/** The HTTP routes' key header among `IdempotencyModule`'s options: a GraphQL request's header defaults to it. */
+interface HttpHeaderOption {
+  headerName?: string;
+}
+
 /**
  * The GraphQL transport: `@Idempotent()` root fields of mutations (`@Mutation()` resolvers), one record per field.
  * The key is the field's `keyArgument`, or the request's header; the fingerprint the field's arguments (not the
  * document, so that selections do not change it); the scope `(account, graphql Mutation.<field>, key)`, and with the
  * header's key, which every field of the document shares, the field's response key (its alias) besides. A replay is
- * the field's stored result, to which GraphQL applies the replay's own selection set.
+ * the field's stored result, to which GraphQL applies the replay's own selection set. Other fields (queries, field
+ * resolvers of a resolver class marked as a whole) pass: a method marked on its own is refused at start-up
+ * (`idempotent-resolvers.ts`).
  */
 @Injectable()
 export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
@@ -47,18 +55,17 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
   private readonly keyArgument: string | undefined;
   private readonly headerName: string;
   private readonly required: boolean;
-  private readonly warnedNotMutations = new Set<string>();
 
   constructor(
     reflector: Reflector,
     private readonly idempotency: IdempotencyService,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions & HttpHeaderOption,
     @Inject(GRAPHQL_OPTIONS) options: IdempotencyGraphqlOptions,
     transports: IdempotencyTransports,
   ) {
     this.keyArgument =
       options.keyArgument === undefined ? undefined : nonEmptyString('keyArgument', options.keyArgument);
-    this.headerName = nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key');
+    this.headerName = nonEmptyString('headerName', options.headerName ?? moduleOptions.headerName ?? 'Idempotency-Key');
     this.required = boolean('required', options.required ?? false);
     this.plans = new HandlerPlans(reflector, (handlerOptions) => resolvePolicy(moduleOptions, handlerOptions));
     transports.register(this);
@@ -72,10 +79,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     const policy = this.plans.planFor(context);
     if (!policy) return undefined;
     const field = graphqlFieldOf(context);
-    if (!isRootMutationField(field)) {
-      this.warnNotAMutation(field);
-      return undefined;
-    }
+    if (!isRootMutationField(field)) return undefined;
     const found = this.keyOf(field);
     if (!found) {
       if (this.required) throw new IdempotencyKeyRequiredError(this.keyName());
@@ -137,19 +141,22 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     return new GraphqlRefusal(error);
   }
 
-  /** The field's key: its key argument when it has one, else the request's header; checked as HTTP's keys are. */
+  /**
+   * The field's key: its key argument when it has one, else the request's header, read as an HTTP route reads its
+   * own (a bare token or a quoted sf-string); either way 1..255 visible ASCII characters.
+   */
   private keyOf({ args, headers }: GraphqlField): { key: string; fromHeader: boolean } | undefined {
     const argument = this.keyArgument === undefined ? undefined : args[this.keyArgument];
     if (argument !== undefined && argument !== null) {
-      return { key: this.checkedKey(argument, `${this.keyArgument} argument`), fromHeader: false };
+      return { key: this.argumentKey(argument, `${this.keyArgument} argument`), fromHeader: false };
     }
-    const header = headers?.[this.headerName.toLowerCase()];
-    if (header === undefined) return undefined;
-    return { key: this.checkedKey(header, `${this.headerName} header`), fromHeader: true };
+    const key = parseIdempotencyKey(headers?.[this.headerName.toLowerCase()], this.headerName);
+    return key === undefined ? undefined : { key, fromHeader: true };
   }
 
-  private checkedKey(key: unknown, keyName: string): string {
-    if (typeof key !== 'string') throw new IdempotencyKeyInvalidError(keyName, 'it was sent more than once');
+  private argumentKey(key: unknown, keyName: string): string {
+    // An `Int` argument, say: the schema, not the client, is at fault, but the field cannot be claimed either way.
+    if (typeof key !== 'string') throw new IdempotencyKeyInvalidError(keyName, 'it is not a String (nor an ID)');
     const fault = keyFault(key);
     if (fault !== undefined) throw new IdempotencyKeyInvalidError(keyName, fault);
     return key;
@@ -158,15 +165,5 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
   private keyName(): string {
     const header = `${this.headerName} header`;
     return this.keyArgument === undefined ? header : `${this.keyArgument} argument or an ${header}`;
-  }
-
-  private warnNotAMutation({ info }: GraphqlField): void {
-    const where = `${info.parentType.name}.${info.fieldName}`;
-    if (this.warnedNotMutations.has(where)) return;
-    this.warnedNotMutations.add(where);
-    this.logger.warn(
-      `@Idempotent() on ${where} does nothing: only root fields of mutations are claimed (a query is read-only, and ` +
-        'a nested field runs within its mutation, which is claimed as a whole).',
-    );
   }
 }

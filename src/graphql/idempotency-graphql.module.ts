@@ -2,12 +2,13 @@ import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from 
 import type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
 import { ConfigurableIdempotencyGraphqlModule } from './idempotency-graphql.module-definition.js';
 import { GraphqlTransport } from './graphql-transport.js';
+import { IDEMPOTENT_NON_MUTATIONS_REFUSED } from './idempotent-resolvers.js';
 
 /**
  * `IdempotencyGraphqlModule.forRoot(options?)`, imported beside `IdempotencyModule.forRoot()` and `GraphQLModule`:
  * `@Idempotent()` on a `@Mutation()` resolver runs each root field once per key and replays its stored result.
  */
-@Module({ providers: [GraphqlTransport] })
+@Module({ providers: [GraphqlTransport, IDEMPOTENT_NON_MUTATIONS_REFUSED] })
 export class IdempotencyGraphqlModule extends ConfigurableIdempotencyGraphqlModule {
   static forRoot(options: IdempotencyGraphqlOptions = {}): DynamicModule {
     return super.forRoot(options);

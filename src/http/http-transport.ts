@@ -29,7 +29,8 @@ import {
   isSupportedHttpPlatform,
 } from './http-platform.js';
 import { resolveHttpPolicy } from './http-policy.js';
-import { accountOf, endpointOf, fingerprintInputOf, parseIdempotencyKey } from './http-request-reading.js';
+import { accountOf, endpointOf, fingerprintInputOf } from './http-request-reading.js';
+import { parseIdempotencyKey } from '../protocol/key-header.js';
 import { PASS_THROUGH_METHODS } from './http.constants.js';
 import { trackNestReplies } from './nest-replies.js';
 import { OnceLog } from './once-log.js';

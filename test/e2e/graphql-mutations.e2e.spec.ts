@@ -1,14 +1,19 @@
 import { NotFoundException } from '@nestjs/common';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
-import { Args, Field, GraphQLModule, Int, Mutation, ObjectType, Query, Resolver } from '@nestjs/graphql';
+import { Args, Field, GraphQLModule, Int, Mutation, ObjectType, Query, ResolveField, Resolver } from '@nestjs/graphql';
 import { GraphQLClient, type Variables } from 'graphql-request';
 import { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import {
+  Idempotent,
+  IdempotencyContext,
+  IdempotencySetupError,
+  type IdempotencyModuleOptions,
+} from '../../src/index.js';
 import { IdempotencyGraphqlModule, type IdempotencyGraphqlOptions } from '../../src/graphql/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
-import { type TestApp, useTestApp } from '../support/test-app.js';
+import { startTestApp, type TestApp, useTestApp } from '../support/test-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
 import { statusOf, WORK_LOG, workRowsOf } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
@@ -28,6 +33,8 @@ class Charge {
   currency!: string;
 }
 
+// Marked as a whole: its mutation is claimed, its query passes (a query is read-only).
+@Idempotent()
 @Resolver()
 class ChargesResolver {
   constructor(
@@ -36,14 +43,11 @@ class ChargesResolver {
     private readonly idempotency: IdempotencyContext,
   ) {}
 
-  // Marked by mistake: a query is read-only, and is not claimed.
-  @Idempotent()
   @Query(() => String)
   health(): string {
     return 'ok';
   }
 
-  @Idempotent()
   @Mutation(() => Charge)
   async createCharge(
     @Args('amount', { type: () => Int }) amount: number,
@@ -76,6 +80,8 @@ interface GraphqlAnswer {
   errors?: Array<{ message: string; extensions?: Record<string, unknown> }>;
 }
 
+const ANSWERED_OK = { status: 200, data: { health: 'ok' } };
+
 /** Sends `document` with graphql-request, returning the HTTP status, data and errors whatever they are. */
 async function send(app: TestApp, document: string, variables: Variables, headers: Record<string, string> = {}) {
   const client = new GraphQLClient(`${app.url}/graphql`, { headers, errorPolicy: 'all' });
@@ -83,11 +89,16 @@ async function send(app: TestApp, document: string, variables: Variables, header
   return { status, data, errors: errors as GraphqlAnswer['errors'] } satisfies GraphqlAnswer;
 }
 
-function graphqlApp(db: TestDatabase | { url: string }, transactional: boolean, options: IdempotencyGraphqlOptions) {
+function graphqlApp(
+  db: TestDatabase | { url: string },
+  transactional: boolean,
+  options: IdempotencyGraphqlOptions,
+  moduleOptions: Partial<IdempotencyModuleOptions> = {},
+) {
   return {
     database: db,
     pool: { max: 4 },
-    idempotency: { singleTenant: true, transactional, retryAfterSeconds: 1, storeTimeoutSeconds: 1 },
+    idempotency: { singleTenant: true, transactional, retryAfterSeconds: 1, storeTimeoutSeconds: 1, ...moduleOptions },
     providers: [ChargesResolver],
     imports: [
       GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
@@ -159,12 +170,12 @@ describe('GraphQL mutations', () => {
     });
   });
 
-  describe('the key in a header, shared by the fields of a document', () => {
-    const app = useTestApp(() => graphqlApp(db, false, { required: true }));
+  describe("the key in a header (the HTTP routes' headerName), shared by the fields of a document", () => {
+    const app = useTestApp(() => graphqlApp(db, false, { required: true }, { headerName: 'Request-Key' }));
     const ALIASED = 'mutation { first: createCharge(amount: 1) { run } second: createCharge(amount: 2) { run } }';
 
     it('keeps a record per field (its alias), and replays both on a retry of the document', async () => {
-      const headers = { 'Idempotency-Key': 'aliased' };
+      const headers = { 'Request-Key': 'aliased' };
       const first = await send(app, ALIASED, {}, headers);
       expect(first.data).toEqual({ first: { run: expect.any(Number) }, second: { run: expect.any(Number) } });
       expect(first.data?.first?.run).not.toBe(first.data?.second?.run);
@@ -184,19 +195,69 @@ describe('GraphQL mutations', () => {
       expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_KEY_REQUIRED' });
     });
 
-    it('lets a query marked @Idempotent() through, warning once that only mutations are claimed', async () => {
-      const headers = { 'Idempotency-Key': 'a-query' };
-      for (let i = 0; i < 2; i += 1)
-        expect((await send(app, '{ health }', {}, headers)).data).toEqual({ health: 'ok' });
-      expect(
-        app.logger.warnings.filter((line) => line.includes('@Idempotent() on Query.health does nothing')),
-      ).toHaveLength(1);
+    it('reads a quoted key (an sf-string) as HTTP routes do: the same key as the bare one', async () => {
+      const mutation = 'mutation { createCharge(amount: 8) { run } }';
+      const bare = await send(app, mutation, {}, { 'Request-Key': 'quoted' });
+      expect(await send(app, mutation, {}, { 'Request-Key': '"quoted"' })).toEqual(bare);
+      expect(await workRowsOf(db, 'quoted')).toHaveLength(1);
+    });
+
+    it('passes a query of a resolver marked as a whole, unclaimed and without a warning', async () => {
+      const headers = { 'Request-Key': 'a-query' };
+      for (let i = 0; i < 2; i += 1) expect(await send(app, '{ health }', {}, headers)).toEqual(ANSWERED_OK);
+      expect(app.logger.warnings).toEqual([]);
       expect(await db.query("SELECT 1 FROM idempotency_records WHERE idempotency_key = 'a-query'")).toEqual([]);
     });
 
     it('refuses an invalid key: IDEMPOTENCY_KEY_INVALID', async () => {
-      const answer = await send(app, 'mutation { createCharge(amount: 9) { run } }', {}, { 'Idempotency-Key': 'a b' });
+      const answer = await send(app, 'mutation { createCharge(amount: 9) { run } }', {}, { 'Request-Key': 'a b' });
+      expect(answer.status).toBe(200);
       expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_KEY_INVALID' });
+    });
+  });
+
+  describe('@Idempotent() on a resolver method the module never claims', () => {
+    @ObjectType()
+    class Account {
+      @Field(() => String)
+      id!: string;
+    }
+
+    @Resolver(() => Account)
+    class MarkedByMistake {
+      @Idempotent()
+      @Query(() => Account)
+      account(): Account {
+        return { id: 'a' };
+      }
+
+      @Idempotent()
+      @ResolveField(() => String)
+      name(): string {
+        return 'name';
+      }
+    }
+
+    it('is refused at start-up, naming each method and the fix', async () => {
+      const starting = startTestApp({
+        database: 'memory',
+        idempotency: { singleTenant: true },
+        providers: [MarkedByMistake],
+        imports: [
+          GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
+          IdempotencyGraphqlModule.forRoot(),
+        ],
+      });
+      const error = await starting.then(
+        async (app) => app.close(),
+        (reason: unknown) => reason,
+      );
+      expect(error).toBeInstanceOf(IdempotencySetupError);
+      expect((error as Error).message).toContain(
+        '@Idempotent() is on MarkedByMistake.account (a Query), MarkedByMistake.name (a field resolver), which the ' +
+          'module never claims',
+      );
+      expect((error as Error).message).toContain('Remove @Idempotent() there');
     });
   });
 

@@ -1,6 +1,6 @@
 import { IdempotencyKeyInvalidError } from '../../src/index.js';
 import { httpBodyOf, httpStatusOf } from '../../src/http/http-answers.js';
-import { parseIdempotencyKey } from '../../src/http/http-request-reading.js';
+import { parseIdempotencyKey } from '../../src/protocol/key-header.js';
 
 const parse = (value: string | string[] | undefined) => parseIdempotencyKey(value, 'Idempotency-Key');
 
