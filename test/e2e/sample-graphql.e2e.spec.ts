@@ -34,11 +34,14 @@ describe.each(PLATFORMS)("the sample app's createCharge mutation on %s", (platfo
     });
   const chargesOf = async (account: string) =>
     (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM charges WHERE account = $1', [account]))[0].n;
+  const providerChargesOf = async (account: string) =>
+    (await db.query<{ n: number }>('SELECT count(*)::int AS n FROM provider_charges WHERE account = $1', [account]))[0]
+      .n;
 
-  it('creates one charge per key, and replays it with another selection', async () => {
+  it('creates one charge per key, charged once at the provider, and replays it with another selection', async () => {
     const input = { amount: 1500, currency: 'eur' };
     const key = `gql-once-${platform}`;
-    const before = await chargesOf(ALICE);
+    const [before, providerBefore] = [await chargesOf(ALICE), await providerChargesOf(ALICE)];
     const first = await client().rawRequest<CreatedCharge>(CREATE_CHARGE, { input, key });
     expect(first.status).toBe(200);
     expect(first.data.createCharge).toEqual({ id: expect.stringMatching(/^ch_/), amount: 1500, currency: 'eur' });
@@ -46,8 +49,10 @@ describe.each(PLATFORMS)("the sample app's createCharge mutation on %s", (platfo
       'mutation($input: ChargeInput!, $key: String) { createCharge(input: $input, idempotencyKey: $key) { id status } }',
       { input, key },
     );
+    expect(replay.status).toBe(200);
     expect(replay.data.createCharge).toEqual({ id: first.data.createCharge?.id, status: 'succeeded' });
     expect(await chargesOf(ALICE)).toBe(before + 1);
+    expect(await providerChargesOf(ALICE)).toBe(providerBefore + 1);
   });
 
   it("scopes keys by the API key's account, as the REST route does, and shares no record with it", async () => {
