@@ -277,5 +277,28 @@ describe('GraphQL mutations', () => {
       expect(app.logger.errors).toContainEqual(expect.stringContaining('the request is refused with 503'));
       await waitFor(async () => ((await workRowsOf(db, 'store-down')).length === 0 ? true : undefined), 'no run');
     });
+
+    it('answers IDEMPOTENCY_STORE_UNAVAILABLE when it is lost before the commit, keeping nothing; a retry runs', async () => {
+      const gate = new Gate();
+      gates.set('lost-mid-run', gate);
+      const variables = { amount: 6, key: 'lost-mid-run', mode: 'gated' };
+      const first = send(app, CREATE, variables);
+      await gate.reached;
+      proxy.takeDown();
+      gate.release();
+      const refused = await first;
+      proxy.bringUp();
+      expect(refused.status).toBe(200);
+      expect(refused.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE', retryAfterSeconds: 1 });
+      expect(await workRowsOf(db, 'lost-mid-run')).toEqual([]);
+      // The claim's holder died with its connection: the retry takes the key over at once, and runs once.
+      const retry = await waitFor(async () => {
+        const answer = await send(app, CREATE, variables);
+        return answer.data?.createCharge ? answer : undefined;
+      }, 'a retry to run');
+      expect(await workRowsOf(db, 'lost-mid-run')).toEqual([
+        expect.objectContaining({ id: retry.data?.createCharge?.run }),
+      ]);
+    });
   });
 });
