@@ -13,6 +13,10 @@ export class JetStreamDelivery implements MessageDelivery {
 
   constructor(private readonly message: JsMsg) {}
 
+  get deliveries(): number {
+    return this.message.info.deliveryCount;
+  }
+
   property(): undefined {
     return undefined;
   }

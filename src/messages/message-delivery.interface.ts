@@ -7,6 +7,8 @@ export interface MessageDelivery {
   property(name: string): string | undefined;
   /** A header of the message, as text; `undefined` when it has none. */
   header(name: string): string | undefined;
+  /** How often the broker has delivered the message, this delivery included (1 the first time). */
+  readonly deliveries: number;
   /** Done with: the broker forgets it. */
   ack(): void;
   /** Not done: the broker delivers it again after `delayMs` (to this consumer or another), counting the delivery. */

@@ -199,8 +199,9 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     const request = (call?.plan ?? this.plans.planFor(context))?.request ?? false;
     const where = call?.scope.endpoint ?? `${this.broker} ${this.patternOf(context.switchToRpc().getContext())}`;
     if (error.retryAfterSeconds !== undefined) {
-      const delayMs = error.code === 'idempotency_shutting_down' ? 0 : error.retryAfterSeconds * 1000;
-      delivery.retryLater(delayMs);
+      delivery.retryLater(
+        error.code === 'idempotency_shutting_down' ? 0 : redeliveryDelayMs(error.retryAfterSeconds, delivery),
+      );
       return request ? NEVER : EMPTY;
     }
     this.logger.warn(`A message to ${where} was rejected (${error.code}): ${error.message}`);
@@ -274,11 +275,9 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     where: string,
     error: unknown,
   ): Observable<unknown> {
-    const { retryAfterSeconds } = plan.policy;
-    this.logger.warn(
-      `The handler of a message to ${where} failed; it is redelivered in ${retryAfterSeconds} s: ${error}`,
-    );
-    delivery.retryLater(retryAfterSeconds * 1000);
+    const delayMs = redeliveryDelayMs(plan.policy.retryAfterSeconds, delivery);
+    this.logger.warn(`The handler of a message to ${where} failed; it is redelivered in ${delayMs / 1000} s: ${error}`);
+    delivery.retryLater(delayMs);
     return plan.request ? NEVER : EMPTY;
   }
 
@@ -290,6 +289,19 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
         'redelivery of one runs its handler again.',
     );
   }
+}
+
+/** The longest a message is given back for: past it, the broker's delivery limit bounds the retries alone. */
+const MAX_REDELIVERY_DELAY_MS = 60_000;
+
+/**
+ * How long a message given back waits before its redelivery: `retryAfterSeconds`, doubled at each delivery of the
+ * message (up to a minute). Each give-back counts toward the queue's delivery limit, whoever is at fault: doubling
+ * makes a limit of 5 ride out a store outage (a failover) or a dead consumer's claim of half a minute, not 10 s.
+ */
+export function redeliveryDelayMs(retryAfterSeconds: number, delivery: Pick<MessageDelivery, 'deliveries'>): number {
+  const doublings = Math.min(Math.max(delivery.deliveries - 1, 0), 16);
+  return Math.min(retryAfterSeconds * 1000 * 2 ** doublings, MAX_REDELIVERY_DELAY_MS);
 }
 
 type FailedEnd = { status: 'failed'; error: unknown };

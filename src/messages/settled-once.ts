@@ -14,6 +14,10 @@ export class SettledOnce implements MessageDelivery {
     private readonly logger: Logger,
   ) {}
 
+  get deliveries(): number {
+    return this.delivery.deliveries;
+  }
+
   property(name: string): string | undefined {
     return this.delivery.property(name);
   }

@@ -3,6 +3,7 @@ import type { MessageDelivery } from '../messages/message-delivery.interface.js'
 
 /** The fields of amqplib's message that a delivery reads and settles by. */
 interface AmqpMessage {
+  fields: { redelivered: boolean };
   properties: Record<string, unknown> & { headers?: Record<string, unknown> };
 }
 
@@ -25,6 +26,13 @@ export class RabbitMqDelivery implements MessageDelivery {
   constructor(context: RmqContext) {
     this.message = context.getMessage() as AmqpMessage;
     this.channel = context.getChannelRef() as AmqpChannel;
+  }
+
+  /** A quorum queue counts the deliveries before this one in `x-delivery-count`; a classic queue only flags a redelivery. */
+  get deliveries(): number {
+    const before = this.message.properties.headers?.['x-delivery-count'];
+    if (typeof before === 'number') return before + 1;
+    return this.message.fields.redelivered ? 2 : 1;
   }
 
   property(name: string): string | undefined {

@@ -11,6 +11,7 @@ import {
   resolveConsumerOptions,
 } from '../../src/messages/message-consumer-options.js';
 import { outcomeOf, storableError, storedOutcome } from '../../src/messages/message-outcomes.js';
+import { redeliveryDelayMs } from '../../src/messages/message-transport.js';
 
 describe('message consumer options', () => {
   it('fill in the broker key, rejection of keyless messages, and RpcException as the final error', () => {
@@ -71,5 +72,26 @@ describe('message outcomes', () => {
   it('store a value as the JSON Nest sends for it, so that a replay sends the same bytes', () => {
     const value = { b: 1, a: [1.5, 'x'] };
     expect(storedOutcome({ kind: 'value', value }).body.toString()).toBe(JSON.stringify(value));
+  });
+});
+
+describe('the delay before a message given back is redelivered', () => {
+  it.each([
+    [1, 2_000],
+    [2, 4_000],
+    [3, 8_000],
+    [5, 32_000],
+    [6, 60_000],
+    [1000, 60_000],
+  ])(
+    'is retryAfterSeconds doubled at each delivery, up to a minute: delivery %i waits %i ms',
+    (deliveries, delayMs) => {
+      expect(redeliveryDelayMs(2, { deliveries })).toBe(delayMs);
+    },
+  );
+
+  it('rides out a 30 s outage within a delivery limit of 5, where a constant 2 s would dead-letter it after 10 s', () => {
+    const waited = [1, 2, 3, 4].reduce((sum, deliveries) => sum + redeliveryDelayMs(2, { deliveries }), 0);
+    expect(waited).toBe(30_000);
   });
 });
