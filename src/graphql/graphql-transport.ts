@@ -1,10 +1,9 @@
-import { createHash } from 'node:crypto';
 import { type CallHandler, type ExecutionContext, HttpException, Inject, Injectable, Logger } from '@nestjs/common';
 import { Reflector } from '@nestjs/core';
 import { GraphQLError } from 'graphql';
 import { lastValueFrom, Observable, of, throwError } from 'rxjs';
-import { canonicalJson } from '../shared/canonical-json.js';
 import { resolveAccount } from '../protocol/account-resolution.js';
+import { jsonFingerprint } from '../protocol/json-fingerprint.js';
 import { runWithin } from '../protocol/current-run.js';
 import { HandlerPlans } from '../protocol/handler-plans.js';
 import {
@@ -101,7 +100,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     return {
       policy,
       scope: { account, endpoint, key },
-      fingerprint: createHash('sha256').update(canonicalJson(args)).digest('hex'),
+      fingerprint: jsonFingerprint(args),
       terms: {
         key: fromHeader ? `${this.headerName} header` : `${this.keyArgument} argument`,
         usedWith: 'set of arguments',

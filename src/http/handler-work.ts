@@ -1,6 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Logger } from '@nestjs/common';
 import { isObservable, Observable, Subject } from 'rxjs';
+import { isWrapped, standInFor } from '../protocol/handler-wrapper.js';
 
 /** How the handler's own invocation ended: its value, its error, or its Observable was unsubscribed first. */
 export type HandlerSettlement =
@@ -207,15 +208,9 @@ const TRACKED = Symbol('idempotency.trackedHandler');
  * handler's name, length and metadata, so that Nest and other decorators read it as the handler itself.
  */
 export function trackedHandler<F extends (...args: never[]) => unknown>(handler: F): F {
-  if ((handler as unknown as Record<symbol, unknown>)[TRACKED]) return handler;
+  if (isWrapped(handler, TRACKED)) return handler;
   const tracked = function (this: unknown, ...args: Parameters<F>) {
     return HandlerWork.invoke(() => ownAnswerSettled(handler.apply(this, args), args));
   } as unknown as F;
-  for (const key of Reflect.getOwnMetadataKeys(handler)) {
-    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), tracked);
-  }
-  Object.defineProperty(tracked, 'name', { value: handler.name });
-  Object.defineProperty(tracked, 'length', { value: handler.length });
-  Object.defineProperty(tracked, TRACKED, { value: true });
-  return tracked;
+  return standInFor(handler, tracked, TRACKED);
 }

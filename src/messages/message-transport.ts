@@ -1,12 +1,11 @@
-import { createHash } from 'node:crypto';
 import { type CallHandler, type ExecutionContext, Logger, type Type } from '@nestjs/common';
 import type { Reflector } from '@nestjs/core';
 import { type BaseRpcContext, RpcException } from '@nestjs/microservices';
 import { PATTERN_HANDLER_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
 import { EMPTY, lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
-import { canonicalJson } from '../shared/canonical-json.js';
 import { resolveAccount } from '../protocol/account-resolution.js';
+import { jsonFingerprint } from '../protocol/json-fingerprint.js';
 import { runUnguarded, runWithin } from '../protocol/current-run.js';
 import { HandlerPlans } from '../protocol/handler-plans.js';
 import {
@@ -130,7 +129,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       plan,
       policy,
       scope: { account, endpoint: `${this.broker} ${pattern} ${plan.consumer}`, key },
-      fingerprint: createHash('sha256').update(canonicalJson(payload)).digest('hex'),
+      fingerprint: jsonFingerprint(payload),
       terms: { key: keyName, usedWith: 'payload' } satisfies KeyTerms,
       delivery,
     };

@@ -2,6 +2,7 @@ import { Logger, type Provider, type Type } from '@nestjs/common';
 import { ModulesContainer, Reflector } from '@nestjs/core';
 import { PATTERN_METADATA } from '@nestjs/microservices/constants.js';
 import { runByTheModule } from '../protocol/current-run.js';
+import { isWrapped, standInFor } from '../protocol/handler-wrapper.js';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
 
@@ -28,7 +29,7 @@ export function refuseUnguardedMessageHandlers(modules: ModulesContainer, reflec
         if (name === 'constructor' || typeof handler !== 'function') continue;
         if (Reflect.getMetadata(PATTERN_METADATA, handler) === undefined) continue;
         if (!reflector.getAll(IDEMPOTENT_METADATA, [handler, controller]).some(Boolean)) continue;
-        if ((handler as unknown as Record<symbol, unknown>)[REFUSING]) continue;
+        if (isWrapped(handler, REFUSING)) continue;
         Object.defineProperty(prototype, name, { ...descriptor, value: refusingUnguarded(handler, controller) });
         wrapped += 1;
       }
@@ -51,13 +52,7 @@ function refusingUnguarded(handler: Handler, controller: Type): Handler {
     logged = true;
     throw error;
   };
-  for (const key of Reflect.getOwnMetadataKeys(handler)) {
-    Reflect.defineMetadata(key, Reflect.getOwnMetadata(key, handler), refusing);
-  }
-  Object.defineProperty(refusing, 'name', { value: handler.name });
-  Object.defineProperty(refusing, 'length', { value: handler.length });
-  Object.defineProperty(refusing, REFUSING, { value: true });
-  return refusing;
+  return standInFor(handler, refusing, REFUSING);
 }
 
 /**
