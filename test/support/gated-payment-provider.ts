@@ -1,0 +1,31 @@
+import type { PaymentProvider } from '../../sample-app/payment-provider.js';
+
+/** A provider whose next charge waits until the test opens the gate, so that another attempt finds its key in progress. */
+export class GatedPaymentProvider implements PaymentProvider {
+  private gate?: { reached: () => void; opened: Promise<void> };
+  charges = 0;
+
+  /** Resolves `reached` when a charge reaches the provider; that charge waits for `open()`. */
+  holdNextCharge(): { reached: Promise<void>; open: () => void } {
+    let reached!: () => void;
+    let open!: () => void;
+    const reachedPromise = new Promise<void>((resolve) => (reached = resolve));
+    this.gate = { reached, opened: new Promise<void>((resolve) => (open = resolve)) };
+    return { reached: reachedPromise, open };
+  }
+
+  async charge(): Promise<string> {
+    const gate = this.gate;
+    this.gate = undefined;
+    if (gate) {
+      gate.reached();
+      await gate.opened;
+    }
+    this.charges += 1;
+    return `py_${this.charges}`;
+  }
+
+  async payout(): Promise<string> {
+    throw new Error('this test makes no payouts');
+  }
+}
