@@ -50,7 +50,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     providerDelayMs: integer(env, 'PROVIDER_DELAY_MS', 0, 0),
     transactional: choice(env, 'IDEMPOTENCY_TRANSACTIONAL', ['true', 'false'], 'true') === 'true',
     inFlight: choice(env, 'IDEMPOTENCY_IN_FLIGHT', ['conflict', 'wait'], 'conflict'),
-    profile: choice(env, 'IDEMPOTENCY_PROFILE', HTTP_PROFILES, 'default'),
+    profile: profileFromEnv(env),
     shutdownTimeoutSeconds: integer(env, 'IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS', 10, 1),
     payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
@@ -66,6 +66,11 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
       : undefined,
     pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
+}
+
+/** `IDEMPOTENCY_PROFILE`: read apart too, by the OpenAPI decorators, which are evaluated before any config is made. */
+export function profileFromEnv(env: NodeJS.ProcessEnv): HttpProfileName {
+  return choice(env, 'IDEMPOTENCY_PROFILE', HTTP_PROFILES, 'default');
 }
 
 function choice<T extends string>(env: NodeJS.ProcessEnv, name: string, allowed: readonly T[], fallback: T): T {
