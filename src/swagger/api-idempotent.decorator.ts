@@ -3,7 +3,7 @@ import { Reflector } from '@nestjs/core';
 import { ApiHeader, ApiResponse, type ExampleObject } from '@nestjs/swagger';
 import { refusalAnswer } from '../http/http-answers.js';
 import type { HttpIdempotentOptions } from '../http/http-options.interface.js';
-import { resolveHttpPolicy } from '../http/http-policy.js';
+import { type HttpRoutePolicy, resolveHttpPolicy } from '../http/http-policy.js';
 import type { IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
 import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
 import type { ApiIdempotentOptions } from './api-idempotent-options.interface.js';
@@ -21,7 +21,7 @@ const reflector = new Reflector();
 export function ApiIdempotent(options: ApiIdempotentOptions = {}): ClassDecorator & MethodDecorator {
   const decorate = (target: object, key?: string | symbol, descriptor?: PropertyDescriptor) => {
     const decorated = (descriptor?.value ?? target) as (...args: unknown[]) => unknown;
-    const routeOptions = reflector.get(IDEMPOTENT_METADATA, decorated) as HttpIdempotentOptions | undefined;
+    const routeOptions = reflector.get<HttpIdempotentOptions | undefined>(IDEMPOTENT_METADATA, decorated);
     const policy = resolveHttpPolicy(options, routeOptions);
     const decorators = [
       ApiHeader({
@@ -42,15 +42,15 @@ export function ApiIdempotent(options: ApiIdempotentOptions = {}): ClassDecorato
           },
         },
       }),
-      ...refusalResponses(options, policy),
+      ...refusalResponses(policy),
     ];
-    applyDecorators(...decorators)(target, key as string | symbol, descriptor as PropertyDescriptor);
+    applyDecorators(...decorators)(target, key, descriptor);
   };
-  return decorate as ClassDecorator & MethodDecorator;
+  return decorate;
 }
 
 /** One documented response per status the profile answers refusals with, every code of that status listed. */
-function refusalResponses(options: ApiIdempotentOptions, policy: ReturnType<typeof resolveHttpPolicy>) {
+function refusalResponses(policy: HttpRoutePolicy) {
   const byStatus = new Map<
     number,
     { codes: IdempotencyErrorCode[]; contentType: string; examples: Record<string, ExampleObject> }
