@@ -1,11 +1,16 @@
-import type { PaymentProvider } from '../../sample-app/payment-provider.js';
+import {
+  CardDeclinedError,
+  type PaymentProvider,
+  type ProviderCharge,
+  ProviderUnavailableError,
+} from '../../sample-app/payment-provider.js';
 
-/** A provider whose next charge waits until the test opens the gate, so that another attempt finds its key in progress. */
+/** A provider whose next charge waits until the test opens the gate; it declines and fails like the fake one. */
 export class GatedPaymentProvider implements PaymentProvider {
   private gate?: { reached: () => void; opened: Promise<void> };
   charges = 0;
 
-  /** Resolves `reached` when a charge reaches the provider; that charge waits for `open()`. */
+  /** Resolves when a charge reaches the provider; that charge waits for `open()`. */
   holdNextCharge(): { reached: Promise<void>; open: () => void } {
     let reached!: () => void;
     let open!: () => void;
@@ -14,13 +19,15 @@ export class GatedPaymentProvider implements PaymentProvider {
     return { reached: reachedPromise, open };
   }
 
-  async charge(): Promise<string> {
+  async charge({ source }: ProviderCharge): Promise<string> {
     const gate = this.gate;
     this.gate = undefined;
     if (gate) {
       gate.reached();
       await gate.opened;
     }
+    if (source === 'tok_chargeDeclined') throw new CardDeclinedError('Your card was declined.');
+    if (source === 'tok_providerDown') throw new ProviderUnavailableError('The payment provider is unavailable.');
     this.charges += 1;
     return `py_${this.charges}`;
   }
