@@ -1,6 +1,7 @@
 import type { ClientBase, ClientConfig, PoolClient } from 'pg';
 import type { DataSource } from 'typeorm';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
+import { within } from '../protocol/store-bounds.js';
 import { quoteIdentifier } from './postgres-identifiers.js';
 import { type ScopeWait, ScopeWaits, scopeDigest } from './scope-waits.js';
 import type { TransactionSlots } from './transaction-slots.js';
@@ -24,6 +25,9 @@ export type OpenListeningSession = (timeoutMs: number) => Promise<ListeningSessi
 export class ChangeListener {
   private readonly waits = new ScopeWaits<ScopeWait & { wake(): void }>();
   private connection?: Promise<ListeningSession>;
+  /** A wait has asked for the connection: from then on, until `close()`, health checks expect it. */
+  private needed = false;
+  private closed = false;
 
   constructor(
     private readonly channel: string,
@@ -34,6 +38,7 @@ export class ChangeListener {
     scope: IdempotencyScope,
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
+    this.needed = true;
     const { changed, cancel } = this.waits.start(scopeDigest(scope), timeoutMs, (control) => ({ wake: control.end }));
     // Without a listener (none could be opened before the waiter's timeout), the waiter still ends at its timeout.
     const listening = Promise.race([this.listen(timeoutMs), changed]).then(
@@ -43,7 +48,22 @@ export class ChangeListener {
     return { changed, listening, cancel };
   }
 
+  /**
+   * Whether it listens, told within `timeoutMs`: a lost connection is opened again, as the next wait would open it.
+   * `undefined` when nothing needs it: no wait has asked for it and the caller does not say waits are on (`needed`),
+   * or it was closed (the application is shutting down).
+   */
+  async isListening(timeoutMs: number, needed: boolean): Promise<boolean | undefined> {
+    if (this.closed || !(this.needed || needed)) return undefined;
+    const listening = within(this.listen(timeoutMs), timeoutMs, () => new Error('no listening within the bound'));
+    return listening.then(
+      () => true,
+      () => false,
+    );
+  }
+
   async close(): Promise<void> {
+    this.closed = true;
     const connection = this.connection;
     this.connection = undefined;
     const listening = await connection?.catch(() => undefined);
