@@ -1,4 +1,4 @@
-import type { ClientBase, ClientConfig, PoolClient } from 'pg';
+import type { ClientBase, ClientConfig, PoolClient, QueryConfig } from 'pg';
 import type { DataSource } from 'typeorm';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import { within } from '../protocol/store-bounds.js';
@@ -49,17 +49,23 @@ export class ChangeListener {
   }
 
   /**
-   * Whether it listens, told within `timeoutMs`: a lost connection is opened again, as the next wait would open it.
-   * `undefined` when nothing needs it: no wait has asked for it and the caller does not say waits are on (`needed`),
-   * or it was closed (the application is shutting down).
+   * Whether it listens, told within `timeoutMs`: a lost connection is opened again, as the next wait would open it,
+   * and an open one is asked to LISTEN again (a no-op for PostgreSQL): a connection cut without its client knowing
+   * (a network gone silent) does not answer. `undefined` when nothing needs it: no wait has asked for it and the
+   * caller does not say waits are on (`needed`), or it was closed (the application is shutting down).
    */
   async isListening(timeoutMs: number, needed: boolean): Promise<boolean | undefined> {
     if (this.closed || !(this.needed || needed)) return undefined;
-    const listening = within(this.listen(timeoutMs), timeoutMs, () => new Error('no listening within the bound'));
-    return listening.then(
-      () => true,
-      () => false,
-    );
+    const deadline = Date.now() + timeoutMs;
+    try {
+      const session = await within(this.listen(timeoutMs), timeoutMs, () => new Error('not listening in time'));
+      // pg's read timeout; 0 would be none.
+      const query_timeout = Math.max(1, deadline - Date.now());
+      await session.client.query({ text: this.listenStatement(), query_timeout } as QueryConfig);
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   async close(): Promise<void> {
@@ -71,7 +77,7 @@ export class ChangeListener {
   }
 
   /** Opens the listening connection, waiting at most `timeoutMs` for it. */
-  private listen(timeoutMs: number): Promise<unknown> {
+  private listen(timeoutMs: number): Promise<ListeningSession> {
     this.connection ??= (async () => {
       const session = await this.open(timeoutMs);
       try {
@@ -84,7 +90,7 @@ export class ChangeListener {
         });
         session.client.on('error', lost);
         session.client.on('end', lost);
-        await session.client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+        await session.client.query(this.listenStatement());
         return session;
       } catch (error) {
         await session.close().catch(() => undefined);
@@ -96,6 +102,10 @@ export class ChangeListener {
       if (this.connection === connection) this.connection = undefined;
     });
     return connection;
+  }
+
+  private listenStatement(): string {
+    return `LISTEN ${quoteIdentifier(this.channel)}`;
   }
 }
 
