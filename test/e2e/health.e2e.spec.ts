@@ -176,6 +176,22 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
     });
   });
 
+  describe('on PostgreSQL behind a transaction pooler, without listenConnection (waits poll the record)', () => {
+    const app = useTestApp(() => ({
+      database: db,
+      pool: { max: 3 },
+      postgres: { transactionPooler: true },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+
+    it('is up with listening not needed, and opens no LISTEN connection', async () => {
+      const response = await health(app.url).expect(200);
+      expect(response.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'not needed' }));
+      expect(await listeners(db)).toEqual([]);
+    });
+  });
+
   describe('on the in-memory store', () => {
     const app = useTestApp(() => ({
       database: 'memory',
