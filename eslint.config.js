@@ -23,6 +23,7 @@ const ROOM_NAMES = {
   rabbitmq: 'the RabbitMQ consumers (src/rabbitmq)',
   graphql: 'the GraphQL mutations (src/graphql)',
   jetstream: 'the NATS JetStream consumers (src/jetstream)',
+  terminus: 'the health indicator (src/terminus)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
 };
@@ -78,6 +79,15 @@ export const ROOMS = {
   },
   graphql: {
     mayImport: ['graphql', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  // The store's health for @nestjs/terminus: the store by its interface, whichever it is.
+  terminus: {
+    mayImport: ['terminus', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],

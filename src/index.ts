@@ -55,6 +55,8 @@ export type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreHealth,
+  StoreHealthCheck,
   StoreTransaction,
 } from './protocol/idempotency-store.interface.js';
 export {
