@@ -24,6 +24,7 @@ const ROOM_NAMES = {
   graphql: 'the GraphQL mutations (src/graphql)',
   jetstream: 'the NATS JetStream consumers (src/jetstream)',
   swagger: 'the OpenAPI decorators (src/swagger)',
+  terminus: 'the health indicator (src/terminus)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
 };
@@ -88,6 +89,15 @@ export const ROOMS = {
   // OpenAPI documentation of HTTP routes: it reads the HTTP edge's options and profiles, and loads @nestjs/swagger.
   swagger: {
     mayImport: ['swagger', 'http', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  // The store's health for @nestjs/terminus: the store by its interface, whichever it is.
+  terminus: {
+    mayImport: ['terminus', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],

@@ -3,9 +3,11 @@ import { APP_GUARD } from '@nestjs/core';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { GraphQLModule } from '@nestjs/graphql';
+import { TerminusModule } from '@nestjs/terminus';
 import { IdempotencyGraphqlModule } from '../src/graphql/index.js';
 import { IdempotencyModule } from '../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
+import { IdempotencyHealthModule } from '../src/terminus/index.js';
 import { accountOf } from './auth/account-of.js';
 import { ApiKeyGuard } from './auth/api-key.guard.js';
 import { payoutBrokers } from './brokers/payout-brokers.js';
@@ -60,6 +62,9 @@ export class AppModule implements NestModule {
           shutdownTimeoutSeconds: config.shutdownTimeoutSeconds,
           accountResolver: accountOf,
         }),
+        // GET /health: the store's health, through terminus.
+        TerminusModule,
+        IdempotencyHealthModule,
         ...brokers.map((broker) => broker.module),
         // `createCharge` at /graphql; its request is the GraphQL context's `req` on either platform.
         GraphQLModule.forRoot<ApolloDriverConfig>({

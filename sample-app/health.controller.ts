@@ -1,21 +1,23 @@
-import { Controller, Get, ServiceUnavailableException } from '@nestjs/common';
-import { InjectDataSource } from '@nestjs/typeorm';
-import type { DataSource } from 'typeorm';
+import { Controller, Get } from '@nestjs/common';
+import { HealthCheck, HealthCheckService } from '@nestjs/terminus';
+import { IdempotencyHealthIndicator } from '../src/terminus/index.js';
 import { Public } from './auth/api-key.guard.js';
 
 @Controller('health')
 @Public()
 export class HealthController {
-  constructor(@InjectDataSource() private readonly dataSource: DataSource) {}
+  constructor(
+    private readonly health: HealthCheckService,
+    private readonly idempotency: IdempotencyHealthIndicator,
+  ) {}
 
-  /** 200 while the database answers, 503 when it does not. */
+  /**
+   * 200 while the database answers (the idempotency store's round trip, on the app's data source) and, where
+   * requests wait for an attempt in flight, the store listens for outcomes; 503 otherwise, terminus' body saying why.
+   */
   @Get()
-  async check() {
-    try {
-      await this.dataSource.query('SELECT 1');
-      return { status: 'ok' };
-    } catch {
-      throw new ServiceUnavailableException({ status: 'unavailable', message: 'The database does not answer.' });
-    }
+  @HealthCheck()
+  check() {
+    return this.health.check([() => this.idempotency.isHealthy('idempotency')]);
   }
 }

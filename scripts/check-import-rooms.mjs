@@ -86,6 +86,14 @@ const CASES = [
   ['src/graphql/x.ts', 'express', 'src/graphql must not import an HTTP platform'],
   ['src/graphql/x.ts', 'typeorm', 'src/graphql must not import the database (ORM or driver)'],
   ['src/idempotency.module.ts', './graphql/index.js', 'src/ must not import the GraphQL mutations'],
+  ['src/terminus/x.ts', '@nestjs/terminus', null],
+  ['src/terminus/x.ts', '../protocol/idempotency.tokens.js', null],
+  ['src/terminus/x.ts', '../postgres/postgres.tokens.js', 'src/terminus must not import the PostgreSQL store'],
+  ['src/terminus/x.ts', '../memory/in-memory-idempotency.store.js', 'src/terminus must not import the in-memory'],
+  ['src/terminus/x.ts', 'pg', 'src/terminus must not import the database (ORM or driver)'],
+  ['src/terminus/x.ts', 'express', 'src/terminus must not import an HTTP platform'],
+  ['src/idempotency.module.ts', './terminus/index.js', 'src/ must not import the health indicator'],
+  ['src/postgres/x.ts', '../terminus/index.js', 'src/postgres must not import the health indicator'],
   ['test/unit/x.spec.ts', '../../src/http/idempotency-http.js', null],
 ];
 // Every way a module is named: import, type import, re-export, dynamic import, import type.

@@ -56,6 +56,8 @@ export type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreHealth,
+  StoreHealthCheck,
   StoreTransaction,
 } from './protocol/idempotency-store.interface.js';
 export {

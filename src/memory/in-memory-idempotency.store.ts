@@ -6,6 +6,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreHealth,
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
 
@@ -243,6 +244,11 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       },
       rollback: (transaction) => this.unlock(transaction),
     });
+  }
+
+  /** Always answers: the records are in this process's memory, and its waits are woken there, with nothing to listen on. */
+  async checkHealth(): Promise<StoreHealth> {
+    return {};
   }
 
   /** Deletes at most `batchSize` expired records (none that a transaction is completing); returns how many. */

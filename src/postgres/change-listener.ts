@@ -1,6 +1,7 @@
-import type { ClientBase, ClientConfig, PoolClient } from 'pg';
+import type { ClientBase, ClientConfig, PoolClient, QueryConfig } from 'pg';
 import type { DataSource } from 'typeorm';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
+import { within } from '../protocol/store-bounds.js';
 import { quoteIdentifier } from './postgres-identifiers.js';
 import { type ScopeWait, ScopeWaits, scopeDigest } from './scope-waits.js';
 import type { TransactionSlots } from './transaction-slots.js';
@@ -24,6 +25,9 @@ export type OpenListeningSession = (timeoutMs: number) => Promise<ListeningSessi
 export class ChangeListener {
   private readonly waits = new ScopeWaits<ScopeWait & { wake(): void }>();
   private connection?: Promise<ListeningSession>;
+  /** A wait has asked for the connection: from then on, until `close()`, health checks expect it. */
+  private needed = false;
+  private closed = false;
 
   constructor(
     private readonly channel: string,
@@ -34,6 +38,7 @@ export class ChangeListener {
     scope: IdempotencyScope,
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
+    this.needed = true;
     const { changed, cancel } = this.waits.start(scopeDigest(scope), timeoutMs, (control) => ({ wake: control.end }));
     // Without a listener (none could be opened before the waiter's timeout), the waiter still ends at its timeout.
     const listening = Promise.race([this.listen(timeoutMs), changed]).then(
@@ -43,7 +48,28 @@ export class ChangeListener {
     return { changed, listening, cancel };
   }
 
+  /**
+   * Whether it listens, told within `timeoutMs`: a lost connection is opened again, as the next wait would open it,
+   * and an open one is asked to LISTEN again (a no-op for PostgreSQL): a connection cut without its client knowing
+   * (a network gone silent) does not answer. `undefined` when nothing needs it: no wait has asked for it and the
+   * caller does not say waits are on (`needed`), or it was closed (the application is shutting down).
+   */
+  async isListening(timeoutMs: number, needed: boolean): Promise<boolean | undefined> {
+    if (this.closed || !(this.needed || needed)) return undefined;
+    const deadline = Date.now() + timeoutMs;
+    try {
+      const session = await within(this.listen(timeoutMs), timeoutMs, () => new Error('not listening in time'));
+      // pg's read timeout; 0 would be none.
+      const query_timeout = Math.max(1, deadline - Date.now());
+      await session.client.query({ text: this.listenStatement(), query_timeout } as QueryConfig);
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
   async close(): Promise<void> {
+    this.closed = true;
     const connection = this.connection;
     this.connection = undefined;
     const listening = await connection?.catch(() => undefined);
@@ -51,7 +77,7 @@ export class ChangeListener {
   }
 
   /** Opens the listening connection, waiting at most `timeoutMs` for it. */
-  private listen(timeoutMs: number): Promise<unknown> {
+  private listen(timeoutMs: number): Promise<ListeningSession> {
     this.connection ??= (async () => {
       const session = await this.open(timeoutMs);
       try {
@@ -64,7 +90,7 @@ export class ChangeListener {
         });
         session.client.on('error', lost);
         session.client.on('end', lost);
-        await session.client.query(`LISTEN ${quoteIdentifier(this.channel)}`);
+        await session.client.query(this.listenStatement());
         return session;
       } catch (error) {
         await session.close().catch(() => undefined);
@@ -76,6 +102,10 @@ export class ChangeListener {
       if (this.connection === connection) this.connection = undefined;
     });
     return connection;
+  }
+
+  private listenStatement(): string {
+    return `LISTEN ${quoteIdentifier(this.channel)}`;
   }
 }
 

@@ -10,8 +10,11 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoreHealth,
+  StoreHealthCheck,
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
+import { within } from '../protocol/store-bounds.js';
 import { ChangeListener, dataSourceSession, ownSession } from './change-listener.js';
 import { type HolderOpening, scopeLockKey, startTransactionLocking } from './holder-locks.js';
 import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
@@ -287,6 +290,21 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         { cause: error },
       );
     }
+  }
+
+  /**
+   * `SELECT 1` on a pooled connection within `timeoutMs` (waiting for the pool's connection included; the statement
+   * itself is bounded by the driver's `query_timeout`, and its connection discarded if it times out); then, when
+   * waits listen (not behind a transaction pooler without `listenConnection`, where they poll) and are on, whether the
+   * LISTEN connection is up, opened again if it was lost, within what is left of `timeoutMs`.
+   */
+  async checkHealth(timeoutMs: number, check: StoreHealthCheck = {}): Promise<StoreHealth> {
+    const deadline = Date.now() + timeoutMs;
+    const roundTrip = this.send({ text: 'SELECT 1', query_timeout: timeoutMs } as QueryConfig);
+    await within(roundTrip, timeoutMs, () => new Error(`the database did not answer within ${timeoutMs} ms`));
+    if (this.outcomeWaits instanceof RecordPolling) return {};
+    const listening = await this.outcomeWaits.isListening(Math.max(0, deadline - Date.now()), check.listen === true);
+    return { listening };
   }
 
   purgeExpired(batchSize: number): Promise<number> {

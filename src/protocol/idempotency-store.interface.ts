@@ -56,6 +56,24 @@ export interface StoreTransaction {
   abandon(): void;
 }
 
+/** What a store's health check found (`IdempotencyStore.checkHealth`). */
+export interface StoreHealth {
+  /**
+   * Whether the store listens for outcomes (waits for an attempt in flight are woken through it): `undefined` when
+   * it needs no listening to wait (it polls, or waits in its own memory), or nothing has needed it yet.
+   */
+  listening?: boolean;
+}
+
+/** What a health check asks of a store beyond a round trip. */
+export interface StoreHealthCheck {
+  /**
+   * Attempts wait for outcomes (the module's `inFlight: 'wait'`): check listening even if no attempt has waited yet.
+   * Default: `false` (checked once an attempt has waited).
+   */
+  listen?: boolean;
+}
+
 /** Storage of idempotency records. Every time comparison is made on the store's clock. */
 export interface IdempotencyStore {
   /**
@@ -127,6 +145,13 @@ export interface IdempotencyStore {
    * across a restart: the module warns at start-up that a retry reaching another instance runs again.
    */
   readonly processLocal?: boolean;
+  /**
+   * Checks within `timeoutMs` that the store answers (one round trip), and, when attempts wait for outcomes
+   * (`check.listen`, or an attempt has waited), that it listens for them, opening its listening again if it was lost,
+   * as the next wait would; rejects when the store does not answer, or not within `timeoutMs`. For health checks
+   * (`nest-idempotency/terminus`).
+   */
+  checkHealth?(timeoutMs: number, check?: StoreHealthCheck): Promise<StoreHealth>;
   /** Deletes at most `batchSize` expired records; returns how many it deleted. */
   purgeExpired(batchSize: number): Promise<number>;
   /** Gives back what the store holds (a listening connection); called on shutdown once no attempt runs. */

@@ -4,22 +4,28 @@ import type { IdempotencyScope } from './idempotency-store.interface.js';
 /** A store operation that did not answer within `storeTimeoutSeconds`. */
 export class StoreTimeoutError extends Error {}
 
-/**
- * Bounds a store operation; the operation itself is not cancelled, its result is no longer awaited. One promise
- * settled by whichever comes first, not a race of two: it runs two or three times per request, and every promise
- * costs the process's async hooks (the module's AsyncLocalStorage) as well as its allocation.
- */
+/** Bounds a store operation to `storeTimeoutSeconds`; the operation itself is not cancelled. */
 export function withTimeout<T>(
   operation: Promise<T>,
   policy: Pick<IdempotencyPolicy, 'storeTimeoutSeconds'>,
   what: string,
 ): Promise<T> {
+  return within(
+    operation,
+    policy.storeTimeoutSeconds * 1000,
+    () => new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`),
+  );
+}
+
+/**
+ * Bounds an operation to `timeoutMs`, rejecting with `timedOut()` past it; the operation itself is not cancelled,
+ * its result is no longer awaited. One promise settled by whichever comes first, not a race of two: it runs two or
+ * three times per request, and every promise costs the process's async hooks (the module's AsyncLocalStorage) as
+ * well as its allocation.
+ */
+export function within<T>(operation: Promise<T>, timeoutMs: number, timedOut: () => Error): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () =>
-        reject(new StoreTimeoutError(`${what} took longer than storeTimeoutSeconds (${policy.storeTimeoutSeconds} s)`)),
-      policy.storeTimeoutSeconds * 1000,
-    );
+    const timer = setTimeout(() => reject(timedOut()), timeoutMs);
     operation.then(
       (value) => {
         clearTimeout(timer);

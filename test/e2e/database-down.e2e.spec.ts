@@ -48,7 +48,13 @@ describe('when the database is gone', () => {
     );
   });
 
-  it('reports itself unhealthy', async () => {
-    await request(app.url).get('/health').expect(503);
+  it('reports itself unhealthy, saying the idempotency store does not answer', async () => {
+    const response = await request(app.url).get('/health').expect(503);
+    expect(response.body).toMatchObject({
+      status: 'error',
+      error: {
+        idempotency: { status: 'down', store: 'unreachable', message: expect.stringContaining('does not exist') },
+      },
+    });
   });
 });

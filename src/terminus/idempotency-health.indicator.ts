@@ -1,0 +1,81 @@
+import { Inject, Injectable, Optional } from '@nestjs/common';
+import { HealthIndicatorService, type HealthIndicatorResult } from '@nestjs/terminus';
+import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
+import type { IdempotencyStore } from '../protocol/idempotency-store.interface.js';
+import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from '../protocol/idempotency.tokens.js';
+import { positive } from '../protocol/option-checks.js';
+import { within } from '../protocol/store-bounds.js';
+import type { IdempotencyHealthCheckOptions } from './idempotency-health-check-options.interface.js';
+
+/** As terminus' own database checks (`TypeOrmHealthIndicator.pingCheck`). */
+const DEFAULT_TIMEOUT_MS = 1000;
+
+/**
+ * The idempotency store's health, for `@nestjs/terminus`' `HealthCheckService`: up while the store answers a round
+ * trip within the bound and, where attempts wait for outcomes in flight, listens for them; down otherwise. Its details
+ * say what was found (`store`: reachable or unreachable, `latencyMs`, `listening`: up, down or not needed, and the
+ * error's message when down), never the store's configuration.
+ */
+@Injectable()
+export class IdempotencyHealthIndicator {
+  private readonly store: IdempotencyStore & Required<Pick<IdempotencyStore, 'checkHealth'>>;
+  /** The module's `inFlight: 'wait'`: listening is checked from the first check on, not from the first wait. */
+  private readonly waitsForOutcomes: boolean;
+
+  constructor(
+    private readonly healthIndicatorService: HealthIndicatorService,
+    @Optional() @Inject(IDEMPOTENCY_STORE) store?: IdempotencyStore,
+    @Optional() @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions?: ProtocolModuleOptions,
+  ) {
+    if (store === undefined) {
+      throw new IdempotencySetupError(
+        'IdempotencyHealthIndicator finds no idempotency store: import IdempotencyModule.forRoot() in the root ' +
+          'module (it is global unless `isGlobal: false`; then import IdempotencyHealthModule in the module that ' +
+          'imports it).',
+      );
+    }
+    if (typeof store.checkHealth !== 'function') {
+      throw new IdempotencySetupError(
+        `IdempotencyHealthIndicator cannot check the idempotency store ${store.constructor.name}: it has no ` +
+          'checkHealth() method. Implement checkHealth(timeoutMs) in the store (a round trip within the bound; see ' +
+          'IdempotencyStore), or leave the indicator out of the health checks.',
+      );
+    }
+    this.store = store as IdempotencyHealthIndicator['store'];
+    this.waitsForOutcomes = moduleOptions?.inFlight === 'wait';
+  }
+
+  /** Checks the store within `options.timeoutMs`; the result is `{ [key]: { status, ...details } }`. */
+  async isHealthy<const Key extends string = 'idempotency'>(
+    key: Key = 'idempotency' as Key,
+    options: IdempotencyHealthCheckOptions = {},
+  ): Promise<HealthIndicatorResult<Key>> {
+    const timeoutMs = positive('timeoutMs', options.timeoutMs ?? DEFAULT_TIMEOUT_MS);
+    const indicator = this.healthIndicatorService.check(key);
+    const started = performance.now();
+    const latencyMs = () => Math.round(performance.now() - started);
+    // Bounded here too: a store of the application's own may not keep to its bound.
+    const check = within(
+      this.store.checkHealth(timeoutMs, { listen: this.waitsForOutcomes }),
+      timeoutMs,
+      () => new Error(`the store did not answer within ${timeoutMs} ms`),
+    );
+    let listening: boolean | undefined;
+    try {
+      ({ listening } = await check);
+    } catch (error) {
+      const message = error instanceof Error ? error.message : String(error);
+      return indicator.down({ store: 'unreachable', latencyMs: latencyMs(), message });
+    }
+    if (listening === false) {
+      return indicator.down({
+        store: 'reachable',
+        latencyMs: latencyMs(),
+        listening: 'down',
+        message: `the store does not listen for outcomes (not within ${timeoutMs} ms): waiting attempts are not woken by outcomes and wait out their inFlightWaitSeconds`,
+      });
+    }
+    return indicator.up({ store: 'reachable', latencyMs: latencyMs(), listening: listening ? 'up' : 'not needed' });
+  }
+}
