@@ -23,9 +23,12 @@ describe.each(PLATFORMS)('the stripe profile, with stripe-node as the client, on
     app = await startSampleApp({ databaseUrl: db.url, platform, profile: 'stripe' }, { paymentProvider: provider });
   });
 
+  /** The last test drops the database under the running app. */
+  let dropped = false;
+
   afterAll(async () => {
     await app?.close();
-    await db?.drop();
+    if (!dropped) await db?.drop();
   });
 
   it('replays a retry with the same key as the same charge, marked Idempotent-Replayed', async () => {
@@ -106,6 +109,22 @@ describe.each(PLATFORMS)('the stripe profile, with stripe-node as the client, on
       );
     expect(refused).toBeInstanceOf(Stripe.errors.StripeInvalidRequestError);
     expect(refused).toMatchObject({ statusCode: 400, code: 'idempotency_key_invalid' });
+  });
+
+  it('answers 503 with Stripe-Should-Retry: true when the store is gone, which stripe-node retries, then raises', async () => {
+    await db.drop();
+    dropped = true;
+    const stripe = stripeClient(1);
+    let attempts = 0;
+    stripe.on('request', () => (attempts += 1));
+    const refused = await stripe.charges.create(charge, { idempotencyKey: randomUUID() }).then(
+      () => undefined,
+      (error: unknown) => error,
+    );
+    expect(refused).toBeInstanceOf(Stripe.errors.StripeAPIError);
+    expect(refused).toMatchObject({ statusCode: 503, code: 'idempotency_store_unavailable', rawType: 'api_error' });
+    expect((refused as Stripe.errors.StripeError).headers).toMatchObject({ 'stripe-should-retry': 'true' });
+    expect(attempts).toBe(2);
   });
 });
 
