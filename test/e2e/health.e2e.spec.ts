@@ -4,7 +4,8 @@ import { TerminusModule } from '@nestjs/terminus';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import request from 'supertest';
 import type { DataSource, QueryRunner } from 'typeorm';
-import { Idempotent, InMemoryIdempotencyStore } from '../../src/index.js';
+import { Idempotent, type IdempotencyStore, InMemoryIdempotencyStore } from '../../src/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/protocol/idempotency.tokens.js';
 import { IdempotencyHealthModule } from '../../src/terminus/index.js';
 import { HealthController } from '../../sample-app/health.controller.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
@@ -154,6 +155,31 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       const back = await health(app.url).expect(200);
       expect(back.body.info.idempotency).toMatchObject({ store: 'reachable', listening: 'up' });
       expect(await listeners(db)).toHaveLength(1);
+    });
+  });
+
+  describe('on PostgreSQL, the module waiting for outcomes, its store closed by the shutdown', () => {
+    const app = useTestApp(() => ({
+      database: db,
+      pool: { max: 3 },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+
+    it('is down once the store has stopped listening, while the HTTP server still answers', async () => {
+      await health(app.url).expect(200);
+      // What the module's beforeApplicationShutdown does after the drain; the HTTP server closes only after it.
+      await app.moduleRef.get<IdempotencyStore>(IDEMPOTENCY_STORE).close?.();
+      const response = await health(app.url).expect(503);
+      expect(response.body.error.idempotency).toEqual(
+        indicator('down', {
+          store: 'reachable',
+          listening: 'down',
+          message: expect.stringContaining('does not listen for outcomes'),
+        }),
+      );
+      expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
+      expect(await listeners(db)).toEqual([]);
     });
   });
 
