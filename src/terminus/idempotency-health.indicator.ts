@@ -73,7 +73,7 @@ export class IdempotencyHealthIndicator {
         store: 'reachable',
         latencyMs: latencyMs(),
         listening: 'down',
-        message: `the store does not listen for outcomes (not within ${timeoutMs} ms): waiting attempts are not woken by outcomes and wait out their inFlightWaitSeconds`,
+        message: `the store does not listen for outcomes (not within ${timeoutMs} ms, or closed by a shutdown): waiting attempts are not woken by outcomes and wait out their inFlightWaitSeconds`,
       });
     }
     return indicator.up({ store: 'reachable', latencyMs: latencyMs(), listening: listening ? 'up' : 'not needed' });
