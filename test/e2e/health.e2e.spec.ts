@@ -21,6 +21,13 @@ function indicator(status: 'up' | 'down', fields: Record<string, unknown>) {
   return { status, latencyMs: expect.any(Number), ...fields };
 }
 
+/** The indicator's result for a store that answers but does not listen while waits are on. */
+const LISTENING_DOWN = indicator('down', {
+  store: 'reachable',
+  listening: 'down',
+  message: expect.stringContaining('does not listen for outcomes'),
+});
+
 /** A route that waits for an attempt in flight, where the module does not. */
 @Controller('work')
 class WaitingController {
@@ -143,13 +150,7 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       await health(app.url).expect(200);
       listenProxy.takeDown();
       const response = await health(app.url).expect(503);
-      expect(response.body.error.idempotency).toEqual(
-        indicator('down', {
-          store: 'reachable',
-          listening: 'down',
-          message: expect.stringContaining('does not listen for outcomes'),
-        }),
-      );
+      expect(response.body.error.idempotency).toEqual(LISTENING_DOWN);
       expect(await listeners(db)).toEqual([]);
       listenProxy.bringUp();
       const back = await health(app.url).expect(200);
@@ -171,13 +172,7 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       // What the module's beforeApplicationShutdown does after the drain; the HTTP server closes only after it.
       await app.moduleRef.get<IdempotencyStore>(IDEMPOTENCY_STORE).close?.();
       const response = await health(app.url).expect(503);
-      expect(response.body.error.idempotency).toEqual(
-        indicator('down', {
-          store: 'reachable',
-          listening: 'down',
-          message: expect.stringContaining('does not listen for outcomes'),
-        }),
-      );
+      expect(response.body.error.idempotency).toEqual(LISTENING_DOWN);
       expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
       expect(await listeners(db)).toEqual([]);
     });
