@@ -1,9 +1,10 @@
-import { refusalAnswer } from '../../src/http/http-answers.js';
+import { errorResponse, refusalAnswer } from '../../src/http/http-answers.js';
 import { resolveHttpPolicy } from '../../src/http/http-policy.js';
 import {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
+  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
 } from '../../src/index.js';
@@ -59,6 +60,21 @@ describe('HTTP profiles', () => {
       },
       headers: { 'content-type': 'application/problem+json' },
     });
+  });
+
+  it('words the answers sent after the handler ran (a finalize that failed, a shutdown) as the profile does', () => {
+    const ietf = errorResponse(new IdempotencyStoreUnavailableError(2), profileOf({ profile: 'ietf' }));
+    expect(ietf).toMatchObject({
+      status: 503,
+      headers: { 'content-type': 'application/problem+json', 'retry-after': '2' },
+    });
+    expect(JSON.parse(ietf.body.toString())).toMatchObject({ status: 503, code: 'idempotency_store_unavailable' });
+    const stripe = errorResponse(new IdempotencyShuttingDownError(2, true), profileOf({ profile: 'stripe' }));
+    expect(stripe).toMatchObject({
+      status: 503,
+      headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-should-retry': 'true', 'retry-after': '2' },
+    });
+    expect(JSON.parse(stripe.body.toString())).toMatchObject({ error: { code: 'idempotency_shutting_down' } });
   });
 
   it('keeps a replay header the application names, whatever the profile', () => {
