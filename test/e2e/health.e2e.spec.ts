@@ -8,6 +8,7 @@ import { Idempotent, type IdempotencyStore, InMemoryIdempotencyStore } from '../
 import { IDEMPOTENCY_STORE } from '../../src/protocol/idempotency.tokens.js';
 import { IdempotencyHealthModule } from '../../src/terminus/index.js';
 import { HealthController } from '../../sample-app/health.controller.js';
+import { describeThroughPgBouncer, throughPgBouncer } from '../support/pgbouncer.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
 import { startTestApp, type TestModuleOptions, useTestApp } from '../support/test-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
@@ -210,6 +211,31 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       const response = await health(app.url).expect(200);
       expect(response.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'not needed' }));
       expect(await listeners(db)).toEqual([]);
+    });
+  });
+
+  describeThroughPgBouncer('on PostgreSQL through PgBouncer (transaction mode), the module waiting', () => {
+    const pooled = useTestApp(() => ({
+      database: { url: throughPgBouncer(db.url) },
+      pool: { max: 3 },
+      postgres: { transactionPooler: true },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+    const listeningDirectly = useTestApp(() => ({
+      database: { url: throughPgBouncer(db.url) },
+      pool: { max: 3 },
+      postgres: { transactionPooler: true, listenConnection: db.url },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+
+    it('is up, listening not needed (waits poll); with a listenConnection, listening up on the server itself', async () => {
+      const polling = await health(pooled.url).expect(200);
+      expect(polling.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'not needed' }));
+      const listening = await health(listeningDirectly.url).expect(200);
+      expect(listening.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'up' }));
+      expect(await listeners(db)).toHaveLength(1);
     });
   });
 
