@@ -103,6 +103,10 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
         details: { idempotency: expect.objectContaining({ status: 'down', store: 'unreachable' }) },
       });
       expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
+      // A health route is often public: its message names no host or port of the store's configuration.
+      const { hostname, port } = new URL(proxy.urlFor(db.url));
+      expect(response.body.error.idempotency.message).not.toContain(port);
+      expect(response.body.error.idempotency.message).not.toContain(hostname);
       proxy.bringUp();
       await waitFor(async () => ((await health(app.url)).status === 200 ? true : undefined), 'the check up again');
       const back = await health(app.url).expect(200);
@@ -131,6 +135,28 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
         await Promise.all(held.map((runner) => runner.release()));
       }
       await health(app.url).expect(200);
+    });
+  });
+
+  describe('on PostgreSQL, its server gone (nothing listens at its address)', () => {
+    const gone = useTcpProxy(db);
+    const app = useTestApp(() => ({
+      database: { url: gone.urlFor(db.url) },
+      pool: { max: 3, connectionTimeoutMillis: 2000 },
+      idempotency: { singleTenant: true },
+      ...HEALTH,
+    }));
+
+    it('is down with a message that names no host or port of the store (a health route is often public)', async () => {
+      await health(app.url).expect(200);
+      const { hostname, port } = new URL(gone.urlFor(db.url));
+      await gone.close();
+      // The pool's idle connections are cut with the proxy; the next check has to connect, and is refused.
+      const response = await health(app.url).expect(503);
+      const { message } = response.body.error.idempotency as { message: string };
+      expect(message).toEqual(expect.any(String));
+      expect(message).not.toContain(port);
+      expect(message).not.toContain(hostname);
     });
   });
 
