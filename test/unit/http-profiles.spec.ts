@@ -4,7 +4,6 @@ import {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
-  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
 } from '../../src/index.js';
@@ -62,19 +61,21 @@ describe('HTTP profiles', () => {
     });
   });
 
-  it('words the answers sent after the handler ran (a finalize that failed, a shutdown) as the profile does', () => {
+  it('words the answers sent after the handler ran (a finalize that failed, the key taken over) as the profile does', () => {
     const ietf = errorResponse(new IdempotencyStoreUnavailableError(2), profileOf({ profile: 'ietf' }));
     expect(ietf).toMatchObject({
       status: 503,
       headers: { 'content-type': 'application/problem+json', 'retry-after': '2' },
     });
     expect(JSON.parse(ietf.body.toString())).toMatchObject({ status: 503, code: 'idempotency_store_unavailable' });
-    const stripe = errorResponse(new IdempotencyShuttingDownError(2, true), profileOf({ profile: 'stripe' }));
+    const stripe = errorResponse(new RequestInProgressError(2, terms), profileOf({ profile: 'stripe' }));
     expect(stripe).toMatchObject({
-      status: 503,
+      status: 409,
       headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-should-retry': 'true', 'retry-after': '2' },
     });
-    expect(JSON.parse(stripe.body.toString())).toMatchObject({ error: { code: 'idempotency_shutting_down' } });
+    expect(JSON.parse(stripe.body.toString())).toMatchObject({
+      error: { type: 'idempotency_error', code: 'request_in_progress' },
+    });
   });
 
   it('keeps a replay header the application names, whatever the profile', () => {
