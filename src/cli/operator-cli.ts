@@ -101,7 +101,8 @@ export async function runOperatorCli(argv: string[], io: CliIo): Promise<number>
     return EXIT.database;
   }
   try {
-    const query: OperatorQuery = async (text, values) => (await client.query(text, values)).rows;
+    const query: OperatorQuery = async (text, values) =>
+      (await client.query<Record<string, unknown>>(text, values)).rows;
     return await runCommand(command, values, new IdempotencyOperator(query, values.table ?? DEFAULT_TABLE_NAME), io);
   } catch (error) {
     io.err(`nest-idempotency: the database refused ${command}: ${(error as Error).message}`);
