@@ -1,20 +1,18 @@
 import { execFile } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm, symlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import {
-  postCharge,
-  type RunningApp,
-  spawnSampleApp,
-  type SpawnedApp,
-  startSampleApp,
-} from '../support/sample-app.js';
+import { promisify } from 'node:util';
+import { postCharge, type RunningApp, spawnSampleApp, type SpawnedApp, startSampleApp } from '../support/sample-app.js';
 import { stopProcess } from '../support/spawned-processes.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
- * `nest-idempotency` run as a process (through the project's TypeScript loader, as `npm start` runs the sample app;
- * the packed bin is checked by examples/charges-api) on records made by real sample apps: a charge completed, one
+ * `nest-idempotency` run as a process, as the package ships it (`dist/cli/main.js`, built by `npm run build`'s
+ * compiler settings into a folder of the test's, beside the repository's node_modules), on records made by real sample apps: a charge completed, one
  * expired, one running in a live process (its holder transaction open), and the records of two processes SIGKILLed
  * mid-charge, one in standard mode (its lease lapses) and one in transactional mode (its holder transaction ended).
  */
@@ -29,13 +27,14 @@ interface CliRun {
 }
 
 let db: TestDatabase;
+let build: string;
 
 function cli(args: string[], env: Record<string, string | undefined> = { DATABASE_URL: db.url }): Promise<CliRun> {
   return new Promise((resolve) => {
     execFile(
       process.execPath,
-      ['--import', './scripts/register-ts.mjs', 'src/cli/main.ts', ...args],
-      { cwd: ROOT, env: { PATH: process.env.PATH, ...env }, timeout: 60_000 },
+      [join(build, 'dist/cli/main.js'), ...args],
+      { cwd: build, env: { PATH: process.env.PATH, ...env }, timeout: 60_000 },
       (error, stdout, stderr) => resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
     );
   });
@@ -75,6 +74,16 @@ describe('the operator command-line tool, as a process, on records of real apps'
   };
 
   beforeAll(async () => {
+    build = await mkdtemp(join(tmpdir(), 'nest-idempotency-cli-'));
+    await symlink(join(ROOT, 'node_modules'), join(build, 'node_modules'));
+    const compiler = join(ROOT, 'node_modules/typescript/bin/tsc');
+    await promisify(execFile)(
+      process.execPath,
+      [compiler, '-p', 'tsconfig.build.json', '--outDir', join(build, 'dist')],
+      {
+        cwd: ROOT,
+      },
+    );
     db = await createTestDatabase();
     app = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4 });
     shortLived = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, ttlSeconds: 1 });
@@ -102,13 +111,14 @@ describe('the operator command-line tool, as a process, on records of real apps'
         `the claim of ${key}`,
       );
     }
-  });
+  }, 180_000);
 
   afterAll(async () => {
     for (const process of doomed) await stopProcess(process.child);
     await app?.close();
     await shortLived?.close();
     await db?.drop();
+    if (build) await rm(build, { recursive: true, force: true });
   });
 
   it('answers --help with 0, a usage error with 2, a database it cannot reach with 3', async () => {
