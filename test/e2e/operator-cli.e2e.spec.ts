@@ -5,6 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import request from 'supertest';
 import { postCharge, type RunningApp, spawnSampleApp, type SpawnedApp, startSampleApp } from '../support/sample-app.js';
 import { stopProcess } from '../support/spawned-processes.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -177,6 +178,12 @@ describe('the operator command-line tool, as a process, on records of real apps'
     const body = (await json<Shown[]>(['inspect', '--key', keys.completed, '--body'])).value[0];
     expect(body.bodyEncoding).toBe('base64');
     expect(JSON.parse(Buffer.from(body.body as string, 'base64').toString('utf8'))).toMatchObject(CHARGE);
+  });
+
+  it("keeps the sample app's operator routes off without OPERATOR_TOKEN", async () => {
+    const response = await request(app.url).get('/operator/records').set('X-Operator-Token', '');
+    expect(response.status).toBe(404);
+    expect(response.body.error.code).toBe('operator_view_off');
   });
 
   it('answers 1 when no record matches', async () => {
