@@ -26,7 +26,7 @@ export function describeRecord(record: OperatorRecord, now: Date): string {
     ['endpoint', record.endpoint],
     ['state', `${record.state} (${STATE_MEANINGS[record.state]})`],
     ['attempt', `${record.attempt} (${record.attempts} attempt${record.attempts === 1 ? '' : 's'} so far)`],
-    ['holder', record.holderTransaction ? "the attempt's transaction holds the key's lock" : 'none (lease only)'],
+    ['holder', holderOf(record)],
     ['created', record.createdAt.toISOString()],
     [
       'lease',
@@ -54,6 +54,11 @@ export function recordJson(record: OperatorRecord): Record<string, unknown> {
 
 export function describeRelease(result: OperatorReleaseResult): string {
   return RELEASE_MEANINGS[result.outcome];
+}
+
+function holderOf(record: OperatorRecord): string {
+  if (record.status === 'completed') return '-';
+  return record.holderTransaction ? "a transaction of the attempt's held the key's lock" : 'none (the lease only)';
 }
 
 function relative(at: Date, now: Date): string {
