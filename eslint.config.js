@@ -25,6 +25,7 @@ const ROOM_NAMES = {
   jetstream: 'the NATS JetStream consumers (src/jetstream)',
   swagger: 'the OpenAPI decorators (src/swagger)',
   terminus: 'the health indicator (src/terminus)',
+  cli: 'the command-line tool (src/cli)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
 };
@@ -101,6 +102,15 @@ export const ROOMS = {
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  // The operator's command-line tool: the PostgreSQL store's operator on a `pg` client, without Nest's app or TypeORM.
+  cli: {
+    mayImport: ['cli', 'postgres', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the ORM', ['typeorm', '@nestjs/typeorm']],
       ['a broker client', BROKER_CLIENT],
     ],
   },

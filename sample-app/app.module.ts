@@ -17,6 +17,8 @@ import { ChargesResolver } from './charges/charges.resolver.js';
 import { ChargesService } from './charges/charges.service.js';
 import { HealthController } from './health.controller.js';
 import { DropFirstResponseMiddleware } from './page/drop-first-response.middleware.js';
+import { OperatorController } from './operator/operator.controller.js';
+import { OperatorTokenGuard } from './operator/operator-token.guard.js';
 import { PageController } from './page/page.controller.js';
 import { CreateSampleSchema1764633600001 } from './migrations/create-sample-schema.migration.js';
 import { FakePaymentProvider, PAYMENT_PROVIDER, type PaymentProvider } from './payment-provider.js';
@@ -80,6 +82,7 @@ export class AppModule implements NestModule {
         PayoutsController,
         HealthController,
         PageController,
+        OperatorController,
         ...(brokers.length > 0 ? [PayoutRequestsConsumer] : []),
       ],
       providers: [
@@ -88,6 +91,7 @@ export class AppModule implements NestModule {
           ? { provide: PAYMENT_PROVIDER, useValue: paymentProvider }
           : { provide: PAYMENT_PROVIDER, useClass: FakePaymentProvider },
         { provide: APP_GUARD, useClass: ApiKeyGuard },
+        OperatorTokenGuard,
         ChargesService,
         ChargesResolver,
         RefundsService,

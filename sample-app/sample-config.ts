@@ -31,6 +31,11 @@ export interface SampleConfig {
    * (`PAYOUT_STREAM`, `PAYOUT_DURABLE`), and the consumer's ack wait (`PAYOUT_ACK_WAIT_SECONDS`); none without a URL.
    */
   jetstream?: { url: string; stream: string; durable: string; ackWaitSeconds: number };
+  /**
+   * The credential of the page's operator view and its `/operator` routes (`OPERATOR_TOKEN`), sent as
+   * `X-Operator-Token`; unset, the view and its routes are off. Never an API key: charge clients never get it.
+   */
+  operatorToken?: string;
   /** Test-only: where a payout message's consumer stops until it is killed (`SAMPLE_PAUSE_AT`, `test-pause.ts`). */
   pauseAt?: PausePoint;
 }
@@ -64,6 +69,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
           ackWaitSeconds: integer(env, 'PAYOUT_ACK_WAIT_SECONDS', 30, 1),
         }
       : undefined,
+    operatorToken: env.OPERATOR_TOKEN || undefined,
     pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
 }

@@ -94,6 +94,14 @@ const CASES = [
   ['src/terminus/x.ts', 'express', 'src/terminus must not import an HTTP platform'],
   ['src/idempotency.module.ts', './terminus/index.js', 'src/ must not import the health indicator'],
   ['src/postgres/x.ts', '../terminus/index.js', 'src/postgres must not import the health indicator'],
+  ['src/cli/x.ts', '../postgres/idempotency-operator.js', null],
+  ['src/cli/x.ts', 'pg', null],
+  ['src/cli/x.ts', 'node:util', null],
+  ['src/cli/x.ts', '../protocol/idempotency.service.js', 'src/cli must not import the protocol'],
+  ['src/cli/x.ts', '../http/http-transport.js', 'src/cli must not import the HTTP edge (src/http)'],
+  ['src/cli/x.ts', 'typeorm', 'src/cli must not import the ORM'],
+  ['src/cli/x.ts', 'express', 'src/cli must not import an HTTP platform'],
+  ['src/postgres/x.ts', '../cli/operator-cli.js', 'src/postgres must not import the command-line tool'],
   ['test/unit/x.spec.ts', '../../src/http/idempotency-http.js', null],
 ];
 // Every way a module is named: import, type import, re-export, dynamic import, import type.

@@ -8,7 +8,7 @@ const [pack] = JSON.parse(
   execFileSync('npm', ['pack', '--dry-run', '--json'], { encoding: 'utf8', stdio: ['ignore', 'pipe', 'inherit'] }),
 );
 const shipped = new Set(pack.files.map((file) => file.path));
-const { exports } = JSON.parse(readFileSync('package.json', 'utf8'));
+const { exports, bin = {} } = JSON.parse(readFileSync('package.json', 'utf8'));
 const entryPoints = Object.values(exports)
   .flatMap((entry) => Object.values(entry))
   .map((path) => path.replace(/^\.\//, ''));
@@ -16,6 +16,13 @@ const problems = [];
 
 const missing = [...entryPoints, 'LICENSE', 'README.md', 'CHANGELOG.md'].filter((path) => !shipped.has(path));
 if (missing.length > 0) problems.push(`it would ship without ${missing.join(', ')}`);
+
+// A command's file ships, and starts with its shebang (npm makes it executable when it installs the package).
+for (const [name, path] of Object.entries(bin)) {
+  const file = path.replace(/^\.\//, '');
+  if (!shipped.has(file)) problems.push(`it would ship without ${file}, the ${name} command`);
+  else if (!readFileSync(file, 'utf8').startsWith('#!/usr/bin/env node\n')) problems.push(`${file} has no shebang`);
+}
 
 const maps = [...shipped].filter((path) => path.endsWith('.js.map'));
 for (const path of maps) {
@@ -31,5 +38,6 @@ if (problems.length > 0) {
   process.exit(1);
 }
 console.log(
-  `npm pack ships ${shipped.size} files, including ${entryPoints.join(', ')}, LICENSE and ${maps.length} self-contained source maps`,
+  `npm pack ships ${shipped.size} files, including ${entryPoints.join(', ')}, the ${Object.keys(bin).join(', ')} ` +
+    `command, LICENSE and ${maps.length} self-contained source maps`,
 );

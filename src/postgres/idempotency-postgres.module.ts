@@ -5,6 +5,7 @@ import type {
   IdempotencyPostgresModuleExtras,
   IdempotencyPostgresOptions,
 } from './idempotency-postgres-options.interface.js';
+import { IdempotencyOperator } from './idempotency-operator.js';
 import { ConfigurableIdempotencyPostgresModule } from './idempotency-postgres.module-definition.js';
 import { PostgresIdempotencyContext } from './postgres-idempotency-context.js';
 import { PostgresIdempotencyStore } from './postgres-idempotency.store.js';
@@ -19,7 +20,8 @@ import { RunTransactionBinding } from './run-transaction-binding.js';
 /**
  * The PostgreSQL store, for `IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), ... })`: keeps
  * the records on the application's TypeORM data source (the default one, or the one named by `dataSource`), binds
- * that data source to the transactions of transactional runs, and gives handlers `PostgresIdempotencyContext`.
+ * that data source to the transactions of transactional runs, gives handlers `PostgresIdempotencyContext`, and
+ * operators `IdempotencyOperator` on the same table.
  */
 @Module({
   providers: [
@@ -37,10 +39,16 @@ import { RunTransactionBinding } from './run-transaction-binding.js';
           listenConnection: settings.listenConnection,
         }),
     },
+    {
+      provide: IdempotencyOperator,
+      inject: [IDEMPOTENCY_DATA_SOURCE, IDEMPOTENCY_POSTGRES_SETTINGS],
+      useFactory: (dataSource: DataSource, settings: PostgresSettings) =>
+        new IdempotencyOperator((text, values) => dataSource.query(text, values), settings.tableName),
+    },
     RunTransactionBinding,
     PostgresIdempotencyContext,
   ],
-  exports: [IDEMPOTENCY_STORE, PostgresIdempotencyContext],
+  exports: [IDEMPOTENCY_STORE, PostgresIdempotencyContext, IdempotencyOperator],
 })
 export class IdempotencyPostgresModule extends ConfigurableIdempotencyPostgresModule {
   /** Every option has a default: `forRoot()` keeps the records in `idempotency_records` on the default data source. */

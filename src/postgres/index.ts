@@ -16,3 +16,16 @@ export { TransactionEscapeError } from './transaction-escape.subscriber.js';
 export { PostgresIdempotencyStore, type PostgresStoreConnectionOptions } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';
 export { IdempotencyMigrations, idempotencyMigrations } from './migrations/idempotency-migrations.js';
+
+// An operator's look at the table: a key's record, the stuck ones, a fenced release, the purge (docs/operator.md).
+export {
+  IdempotencyOperator,
+  type OperatorQuery,
+  type OperatorReadOptions,
+  type OperatorRecord,
+  type OperatorRecordMatch,
+  type OperatorRecordState,
+  type OperatorReleaseOutcome,
+  type OperatorReleaseResult,
+  type OperatorStateCounts,
+} from './idempotency-operator.js';

@@ -1,4 +1,3 @@
-import { createHash } from 'node:crypto';
 import { Logger } from '@nestjs/common';
 import type { ClientConfig, PoolClient, QueryConfig } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
@@ -23,6 +22,7 @@ import { discardConnection, PostgresStoreTransaction } from './postgres-store-tr
 import { clientConfig } from './postgres-options.js';
 import { heldRecordStatement, RecordPolling } from './record-polling.js';
 import {
+  changeChannel,
   type ClaimRow,
   type RecordStatements,
   recordStatements,
@@ -69,8 +69,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     private readonly tableName: string,
     options: PostgresStoreConnectionOptions = {},
   ) {
-    // A fixed-length channel name: PostgreSQL's identifiers stop at 63 bytes.
-    const channel = `idempotency_${createHash('md5').update(tableName).digest('hex').slice(0, 20)}`;
+    const channel = changeChannel(tableName);
     // Each transactional run holds a pooled connection for as long as its handler runs, and so does the LISTEN
     // connection while it is open. Leaving two free keeps claims, finalizes and lease renewals flowing, and
     // stops transactions from starving each other of the connections their handlers need.

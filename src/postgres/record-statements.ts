@@ -13,6 +13,11 @@ export interface RecordStatements {
   purge: Statement;
 }
 
+/** The channel completing or releasing a record of `tableName` notifies; fixed-length: identifiers stop at 63 bytes. */
+export function changeChannel(tableName: string): string {
+  return `idempotency_${createHash('md5').update(tableName).digest('hex').slice(0, 20)}`;
+}
+
 /**
  * Builds the statements on `tableName`; completing or releasing a record someone waits for notifies `channel`.
  * Parameters, in order: account, endpoint, key, then each statement's own (the claim's: fingerprint, attempt, lease,

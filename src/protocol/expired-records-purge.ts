@@ -4,7 +4,7 @@ import type { IdempotencyStore } from './idempotency-store.interface.js';
 /** Deletes expired records in bounded batches, so that no statement holds locks on a large part of the table. */
 export class ExpiredRecordsPurge {
   constructor(
-    private readonly store: IdempotencyStore,
+    private readonly store: Pick<IdempotencyStore, 'purgeExpired'>,
     private readonly batchSize: number,
   ) {}
 

@@ -1,0 +1,243 @@
+import { ExpiredRecordsPurge } from '../protocol/expired-records-purge.js';
+import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
+import { scopeLockKey } from './holder-locks.js';
+import { DEFAULT_TABLE_NAME } from './postgres-options.js';
+import { quoteTableName } from './postgres-identifiers.js';
+import { changeChannel, type RecordStatements, recordStatements } from './record-statements.js';
+
+/**
+ * Runs one statement and answers its rows: `(text, values) => dataSource.query(text, values)` in an application,
+ * `async (text, values) => (await client.query(text, values)).rows` on a `pg` client.
+ */
+export type OperatorQuery = (text: string, values: unknown[]) => Promise<Record<string, unknown>[]>;
+
+/**
+ * Where a record stands, as an operator reads it:
+ * - `running`: in progress within its lease (its attempt renews it while it runs);
+ * - `lease-lapsed`: in progress past its lease: its attempt crashed, hangs, or finished but gave up finalizing; the
+ *   first retry of the same request takes it over;
+ * - `holder-gone`: in progress within its lease, but claimed by a transactional attempt whose transaction has ended
+ *   (its process died or its connection was cut): the first retry of the same request takes it over already;
+ * - `completed`: its outcome is stored and replayed;
+ * - `expired`: past its TTL, free for any request and for the purge.
+ */
+export type OperatorRecordState = 'running' | 'lease-lapsed' | 'holder-gone' | 'completed' | 'expired';
+
+/** One record of the table, without its stored body unless it was asked for. */
+export interface OperatorRecord {
+  account: string;
+  endpoint: string;
+  key: string;
+  state: OperatorRecordState;
+  /** The stored status: `in_progress` or `completed`. */
+  status: 'in_progress' | 'completed';
+  /** The token of the attempt that holds (or held) the claim: what `release()` is fenced on. */
+  attempt: string;
+  /** How many attempts claimed it: more than 1 after takeovers. */
+  attempts: number;
+  /** Whether its attempt's transaction held the scope's lock (a transactional attempt's holder transaction). */
+  holderTransaction: boolean;
+  /** Whether an attempt waits for its outcome (and is woken when it is completed or released). */
+  awaited: boolean;
+  createdAt: Date;
+  /** When the lease lapses (or lapsed); `null` once completed. */
+  leaseUntil: Date | null;
+  completedAt: Date | null;
+  expiresAt: Date;
+  /** The stored response's status; `null` while in progress. */
+  responseStatus: number | null;
+  /** The stored body's size in bytes; `null` while in progress. */
+  bodyBytes: number | null;
+  /** The stored body itself, only when asked for (`{ body: true }`). */
+  body?: Buffer;
+}
+
+/** What `release()` did: the record deleted, or why not. */
+export type OperatorReleaseOutcome = 'released' | 'not-found' | 'completed' | 'other-attempt';
+
+export interface OperatorReleaseResult {
+  outcome: OperatorReleaseOutcome;
+  /** The record as it stands after the release failed (none once released or not found). */
+  record?: OperatorRecord;
+}
+
+/** Which records `find()` lists: the key, in any account and endpoint unless they are given. */
+export interface OperatorRecordMatch {
+  key: string;
+  account?: string;
+  endpoint?: string;
+}
+
+export interface OperatorReadOptions {
+  /** Read the stored bodies too. Default false: bodies may hold anything a handler answered. */
+  body?: boolean;
+  /** At most this many records. Default 100. */
+  limit?: number;
+}
+
+/** How many records stand in each state (`holder-gone` ones are counted as `running`: see `stuck()`). */
+export type OperatorStateCounts = Record<Exclude<OperatorRecordState, 'holder-gone'>, number>;
+
+const DEFAULT_LIMIT = 100;
+const COLUMNS = `account, endpoint, idempotency_key, status, attempt::text AS attempt, attempts, lock_held, awaited,
+  created_at, locked_until, completed_at, expires_at, response_status, octet_length(response_body) AS body_bytes,
+  CASE WHEN expires_at <= now() THEN 'expired' WHEN status = 'completed' THEN 'completed'
+       WHEN locked_until <= now() THEN 'lease-lapsed' ELSE 'running' END AS state`;
+
+/**
+ * An operator's look at the PostgreSQL records table and what an operator may do to it: look up a key, list the keys
+ * stuck in progress, release one (fenced on the attempt the operator saw), purge expired records. Constructed on a
+ * plain query function, so that the command-line tool uses it on a `pg` client, and provided by
+ * `IdempotencyPostgresModule` on the application's data source. Statements go out unnamed (no prepared statement left
+ * on a pooled connection).
+ */
+export class IdempotencyOperator {
+  private readonly table: string;
+  private readonly statements: RecordStatements;
+
+  constructor(
+    private readonly query: OperatorQuery,
+    /** The records table, optionally schema-qualified. Default `idempotency_records`. */
+    private readonly tableName: string = DEFAULT_TABLE_NAME,
+  ) {
+    this.table = quoteTableName(tableName);
+    this.statements = recordStatements(tableName, changeChannel(tableName));
+  }
+
+  /** The record of one scope, or `undefined`. */
+  async inspect(
+    scope: IdempotencyScope,
+    options: Pick<OperatorReadOptions, 'body'> = {},
+  ): Promise<OperatorRecord | undefined> {
+    const [record] = await this.find(scope, { ...options, limit: 1 });
+    return record;
+  }
+
+  /** The records of a key, across accounts and endpoints unless the match names them, most recent first. */
+  async find(match: OperatorRecordMatch, options: OperatorReadOptions = {}): Promise<OperatorRecord[]> {
+    const rows = await this.query(
+      `SELECT ${COLUMNS}${options.body ? ', response_body' : ''} FROM ${this.table}
+       WHERE idempotency_key = $1 AND ($2::text IS NULL OR account = $2) AND ($3::text IS NULL OR endpoint = $3)
+       ORDER BY created_at DESC LIMIT $4`,
+      [match.key, match.account ?? null, match.endpoint ?? null, options.limit ?? DEFAULT_LIMIT],
+    );
+    return this.withHolders(rows.map(toRecord));
+  }
+
+  /**
+   * The records in progress that no live attempt holds: past their lease (`lease-lapsed`), or claimed by a
+   * transactional attempt whose transaction has ended (`holder-gone`), oldest first. A record whose attempt still runs
+   * past its lease (a handler slower than its lease, its renewals failing) is listed too: nothing in the table tells
+   * it from a dead one.
+   */
+  async stuck(options: Pick<OperatorReadOptions, 'limit'> = {}): Promise<OperatorRecord[]> {
+    const limit = options.limit ?? DEFAULT_LIMIT;
+    const rows = await this.query(
+      `SELECT ${COLUMNS} FROM ${this.table}
+       WHERE status = 'in_progress' AND (locked_until <= now() OR lock_held)
+       ORDER BY created_at LIMIT $1`,
+      [limit],
+    );
+    return (await this.withHolders(rows.map(toRecord))).filter((record) => record.state !== 'running');
+  }
+
+  /** The records of one state, most recent first (`stuck()` for those in progress that no live attempt holds). */
+  async list(
+    state: Exclude<OperatorRecordState, 'holder-gone'>,
+    options: OperatorReadOptions = {},
+  ): Promise<OperatorRecord[]> {
+    const rows = await this.query(
+      `SELECT * FROM (SELECT ${COLUMNS}${options.body ? ', response_body' : ''} FROM ${this.table}) AS records
+       WHERE state = $1 ORDER BY created_at DESC LIMIT $2`,
+      [state, options.limit ?? DEFAULT_LIMIT],
+    );
+    return this.withHolders(rows.map(toRecord));
+  }
+
+  /** How many records stand in each state, in one scan of the table. */
+  async countByState(): Promise<OperatorStateCounts> {
+    const counts: OperatorStateCounts = { running: 0, 'lease-lapsed': 0, completed: 0, expired: 0 };
+    const rows = await this.query(
+      `SELECT state, count(*)::int AS count FROM (SELECT ${COLUMNS} FROM ${this.table}) AS records GROUP BY state`,
+      [],
+    );
+    for (const row of rows) counts[row.state as keyof OperatorStateCounts] = row.count as number;
+    return counts;
+  }
+
+  /**
+   * Deletes the in-progress record of `scope` if `attempt` still holds it, in one statement (the store's own release,
+   * which wakes the attempts waiting for it); a completed record is never released. When nothing was deleted, the
+   * record is read again to say why.
+   */
+  async release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult> {
+    const [{ count }] = await this.query(this.statements.release.text, [
+      scope.account,
+      scope.endpoint,
+      scope.key,
+      attempt,
+    ]);
+    if (count === 1) return { outcome: 'released' };
+    const record = await this.inspect(scope);
+    if (record === undefined) return { outcome: 'not-found' };
+    return { outcome: record.status === 'completed' ? 'completed' : 'other-attempt', record };
+  }
+
+  /** Deletes every expired record now, in batches of `batchSize` (default 1000, the module's `purgeBatchSize`). */
+  purgeExpired(batchSize = 1000): Promise<number> {
+    const store = {
+      purgeExpired: async (size: number) => (await this.query(this.statements.purge.text, [size]))[0].count as number,
+    };
+    return new ExpiredRecordsPurge(store, batchSize).purge();
+  }
+
+  /**
+   * Marks `holder-gone` the records within their lease whose holder transaction has ended: the scope's advisory lock
+   * (holder-locks.ts) is no longer held in this database, which is how a claim finds them free. Read in `pg_locks`,
+   * never by taking the lock, which would stand in a live holder's way.
+   */
+  private async withHolders(records: OperatorRecord[]): Promise<OperatorRecord[]> {
+    const probed = records.filter((record) => record.state === 'running' && record.holderTransaction);
+    if (probed.length === 0) return records;
+    const [{ oid }] = await this.query('SELECT to_regclass($1)::oid::text AS oid', [this.table]);
+    const keys = probed.map((record) => scopeLockKey(oid as string, scopeOf(record)));
+    const held = await this.query(
+      `SELECT key::text FROM unnest($1::bigint[]) AS key
+       WHERE EXISTS (SELECT 1 FROM pg_locks
+         WHERE locktype = 'advisory' AND granted AND objsubid = 1
+           AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+           AND classid = ((key >> 32) & 4294967295)::oid AND objid = (key & 4294967295)::oid)`,
+      [keys],
+    );
+    const heldKeys = new Set(held.map((row) => row.key as string));
+    probed.forEach((record, index) => {
+      if (!heldKeys.has(keys[index])) record.state = 'holder-gone';
+    });
+    return records;
+  }
+}
+
+function scopeOf(record: OperatorRecord): IdempotencyScope {
+  return { account: record.account, endpoint: record.endpoint, key: record.key };
+}
+
+function toRecord(row: Record<string, unknown>): OperatorRecord {
+  return {
+    account: row.account as string,
+    endpoint: row.endpoint as string,
+    key: row.idempotency_key as string,
+    state: row.state as OperatorRecordState,
+    status: row.status as OperatorRecord['status'],
+    attempt: row.attempt as string,
+    attempts: row.attempts as number,
+    holderTransaction: row.lock_held as boolean,
+    awaited: row.awaited as boolean,
+    createdAt: row.created_at as Date,
+    leaseUntil: row.locked_until as Date | null,
+    completedAt: row.completed_at as Date | null,
+    expiresAt: row.expires_at as Date,
+    responseStatus: row.response_status as number | null,
+    bodyBytes: row.body_bytes as number | null,
+    ...(row.response_body === undefined || row.response_body === null ? {} : { body: row.response_body as Buffer }),
+  };
+}

@@ -1,0 +1,245 @@
+import { execFile } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtemp, rm, symlink } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+import request from 'supertest';
+import { postCharge, type RunningApp, spawnSampleApp, type SpawnedApp, startSampleApp } from '../support/sample-app.js';
+import { stopProcess } from '../support/spawned-processes.js';
+import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
+
+/**
+ * `nest-idempotency` run as a process, as the package ships it (`dist/cli/main.js`, built by `npm run build`'s
+ * compiler settings into a folder of the test's, beside the repository's node_modules), on records made by real sample apps: a charge completed, one
+ * expired, one running in a live process (its holder transaction open), and the records of two processes SIGKILLed
+ * mid-charge, one in standard mode (its lease lapses) and one in transactional mode (its holder transaction ended).
+ */
+const ROOT = fileURLToPath(new URL('../..', import.meta.url));
+const ENDPOINT = 'POST /v1/charges';
+const CHARGE = { amount: 1200, currency: 'eur' };
+
+interface CliRun {
+  code: number;
+  stdout: string;
+  stderr: string;
+}
+
+let db: TestDatabase;
+let build: string;
+
+function cli(args: string[], env: Record<string, string | undefined> = { DATABASE_URL: db.url }): Promise<CliRun> {
+  return new Promise((resolve) => {
+    execFile(
+      process.execPath,
+      [join(build, 'dist/cli/main.js'), ...args],
+      { cwd: build, env: { PATH: process.env.PATH, ...env }, timeout: 60_000 },
+      (error, stdout, stderr) => resolve({ code: error ? Number(error.code) : 0, stdout, stderr }),
+    );
+  });
+}
+
+async function json<T>(args: string[]): Promise<{ code: number; value: T }> {
+  const run = await cli([...args, '--json']);
+  expect(run.stderr).toBe('');
+  return { code: run.code, value: JSON.parse(run.stdout) as T };
+}
+
+interface Shown {
+  account: string;
+  endpoint: string;
+  key: string;
+  state: string;
+  status: string;
+  attempt: string;
+  attempts: number;
+  holderTransaction: boolean;
+  responseStatus: number | null;
+  bodyBytes: number | null;
+  body?: string;
+  bodyEncoding?: string;
+}
+
+describe('the operator command-line tool, as a process, on records of real apps', () => {
+  let app: RunningApp;
+  let shortLived: RunningApp;
+  const doomed: SpawnedApp[] = [];
+  const account = `sk_test_operator_${randomUUID().slice(0, 8)}`;
+  const keys = {
+    completed: `completed-${randomUUID()}`,
+    expired: `expired-${randomUUID()}`,
+    holder: `holder-${randomUUID()}`,
+    leased: `leased-${randomUUID()}`,
+  };
+
+  beforeAll(async () => {
+    build = await mkdtemp(join(tmpdir(), 'nest-idempotency-cli-'));
+    await symlink(join(ROOT, 'node_modules'), join(build, 'node_modules'));
+    const compiler = join(ROOT, 'node_modules/typescript/bin/tsc');
+    await promisify(execFile)(
+      process.execPath,
+      [compiler, '-p', 'tsconfig.build.json', '--outDir', join(build, 'dist')],
+      {
+        cwd: ROOT,
+      },
+    );
+    db = await createTestDatabase();
+    app = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4 });
+    shortLived = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, ttlSeconds: 1 });
+    // Each charges through a provider that never answers within the test: the record stays in progress.
+    const holder = await spawnSampleApp({
+      DATABASE_URL: db.url,
+      PROVIDER_DELAY_MS: '600000',
+      IDEMPOTENCY_LEASE_SECONDS: '30',
+    });
+    doomed.push(holder);
+    const leased = await spawnSampleApp({
+      DATABASE_URL: db.url,
+      PROVIDER_DELAY_MS: '600000',
+      IDEMPOTENCY_LEASE_SECONDS: '1',
+      IDEMPOTENCY_TRANSACTIONAL: 'false',
+    });
+    doomed.push(leased);
+    expect((await postCharge(app.url, CHARGE, keys.completed, account)).status).toBe(201);
+    expect((await postCharge(shortLived.url, CHARGE, keys.expired, account)).status).toBe(201);
+    void postCharge(holder.url, CHARGE, keys.holder, account).catch(() => undefined);
+    void postCharge(leased.url, CHARGE, keys.leased, account).catch(() => undefined);
+    for (const key of [keys.holder, keys.leased]) {
+      await waitFor(
+        async () => (await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [key]))[0],
+        `the claim of ${key}`,
+      );
+    }
+  }, 180_000);
+
+  afterAll(async () => {
+    for (const process of doomed) await stopProcess(process.child);
+    await app?.close();
+    await shortLived?.close();
+    await db?.drop();
+    if (build) await rm(build, { recursive: true, force: true });
+  });
+
+  it('answers --help with 0, a usage error with 2, a database it cannot reach with 3', async () => {
+    const help = await cli(['--help']);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain('Exit codes: 0 done; 1 nothing matched or not released; 2 usage error; 3');
+    const unknown = await cli(['frobnicate']);
+    expect(unknown).toMatchObject({ code: 2, stdout: '' });
+    expect(unknown.stderr).toContain("unknown command 'frobnicate'");
+    expect((await cli(['inspect'])).stderr).toContain('inspect needs --key');
+    expect((await cli(['stuck', '--limit', 'many'])).code).toBe(2);
+    const noDatabase = await cli(['stuck'], {});
+    expect(noDatabase).toMatchObject({ code: 2 });
+    expect(noDatabase.stderr).toContain('set DATABASE_URL or give --database-url');
+    const unreachable = await cli(['stuck', '--database-url', 'postgres://postgres@127.0.0.1:1/postgres']);
+    expect(unreachable.code).toBe(3);
+    expect(unreachable.stderr).toContain('the database could not be reached');
+    const noTable = await cli(['stuck', '--table', 'billing.no_such_table']);
+    expect(noTable.code).toBe(3);
+    expect(noTable.stderr).toContain('relation "billing.no_such_table" does not exist');
+  });
+
+  it('refuses to release without the attempt it was shown, and says where to find it', async () => {
+    const run = await cli(['release', '--account', account, '--endpoint', ENDPOINT, '--key', keys.holder]);
+    expect(run.code).toBe(2);
+    expect(run.stderr).toContain('release needs --attempt');
+    expect(run.stderr).toContain('nest-idempotency inspect --key K');
+  });
+
+  it('inspects a completed record without its body, shows the body only with --body and says so', async () => {
+    const { code, value } = await json<Shown[]>(['inspect', '--key', keys.completed]);
+    expect(code).toBe(0);
+    expect(value).toEqual([
+      expect.objectContaining({
+        account,
+        endpoint: ENDPOINT,
+        key: keys.completed,
+        state: 'completed',
+        status: 'completed',
+        attempts: 1,
+        responseStatus: 201,
+      }),
+    ]);
+    expect(value[0].bodyBytes).toBeGreaterThan(0);
+    expect(value[0]).not.toHaveProperty('body');
+
+    const human = await cli(['inspect', '--key', keys.completed, '--account', account, '--endpoint', ENDPOINT]);
+    expect(human.code).toBe(0);
+    expect(human.stdout).toMatch(/^state {4}completed \(completed: its outcome is replayed\)$/m);
+    expect(human.stdout).toContain('(not shown; --body shows it)');
+    expect(human.stdout).not.toContain('"amount"');
+
+    const withBody = await cli(['inspect', '--key', keys.completed, '--body']);
+    expect(withBody.stdout).toContain('body (shown because --body was given):');
+    expect(withBody.stdout).toContain('"amount":1200');
+    const body = (await json<Shown[]>(['inspect', '--key', keys.completed, '--body'])).value[0];
+    expect(body.bodyEncoding).toBe('base64');
+    expect(JSON.parse(Buffer.from(body.body as string, 'base64').toString('utf8'))).toMatchObject(CHARGE);
+  });
+
+  it("keeps the sample app's operator routes off without OPERATOR_TOKEN", async () => {
+    const response = await request(app.url).get('/operator/records').set('X-Operator-Token', '');
+    expect(response.status).toBe(404);
+    expect(response.body.error.code).toBe('operator_view_off');
+  });
+
+  it('answers 1 when no record matches', async () => {
+    const run = await cli(['inspect', '--key', `nothing-${randomUUID()}`]);
+    expect(run).toMatchObject({ code: 1, stdout: 'No record matches.\n' });
+    expect((await cli(['inspect', '--key', keys.completed, '--account', 'sk_test_someone_else'])).code).toBe(1);
+  });
+
+  it("shows a live transactional attempt as running, holding its key's lock, and leaves it out of stuck", async () => {
+    const [record] = (await json<Shown[]>(['inspect', '--key', keys.holder])).value;
+    expect(record).toMatchObject({ state: 'running', status: 'in_progress', holderTransaction: true });
+    const stuck = (await json<Shown[]>(['stuck'])).value.map((shown) => shown.key);
+    expect(stuck).not.toContain(keys.holder);
+  });
+
+  it('lists the keys of killed processes as stuck (holder gone at once, lease lapsed once it has), and releases one fenced on its attempt', async () => {
+    for (const process of doomed.splice(0)) await stopProcess(process.child);
+    const stuck = await waitFor(async () => {
+      const shown = (await json<Shown[]>(['stuck'])).value;
+      return shown.length === 2 ? shown : undefined;
+    }, 'both killed attempts to be stuck');
+    expect(stuck).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({ key: keys.holder, state: 'holder-gone', holderTransaction: true }),
+        expect.objectContaining({ key: keys.leased, state: 'lease-lapsed', holderTransaction: false }),
+      ]),
+    );
+    const held = stuck.find((shown) => shown.key === keys.holder) as Shown;
+    const scope = ['--account', account, '--endpoint', ENDPOINT, '--key', keys.holder];
+
+    const wrong = await json<{ outcome: string; record: Shown }>(['release', ...scope, '--attempt', randomUUID()]);
+    expect(wrong).toMatchObject({ code: 1, value: { outcome: 'other-attempt', record: { attempt: held.attempt } } });
+    const completed = (await json<Shown[]>(['inspect', '--key', keys.completed])).value[0];
+    const completedScope = ['--account', account, '--endpoint', ENDPOINT, '--key', keys.completed];
+    const notCompleted = await cli(['release', ...completedScope, '--attempt', completed.attempt]);
+    expect(notCompleted.code).toBe(1);
+    expect(notCompleted.stdout).toContain('the record was completed meanwhile; a completed record is never released');
+
+    const released = await cli(['release', ...scope, '--attempt', held.attempt]);
+    expect(released).toMatchObject({ code: 0, stdout: 'Released: the next request with this key runs the handler.\n' });
+    expect((await json(['release', ...scope, '--attempt', held.attempt])).value).toEqual({ outcome: 'not-found' });
+    // The key is free: its retry runs the handler, rather than replaying or answering 409.
+    const retry = await postCharge(app.url, CHARGE, keys.holder, account);
+    expect(retry.status).toBe(201);
+    expect(retry.headers['idempotent-replay']).toBeUndefined();
+    expect((await json<Shown[]>(['stuck'])).value.map((shown) => shown.key)).toEqual([keys.leased]);
+  });
+
+  it('purges expired records now and says how many, on a schema-qualified table name', async () => {
+    await waitFor(async () => {
+      const [record] = (await json<Shown[]>(['inspect', '--key', keys.expired])).value;
+      return record.state === 'expired' ? record : undefined;
+    }, 'the short-lived record to expire');
+    const purged = await cli(['purge', '--table', 'public.idempotency_records', '--batch-size', '1']);
+    expect(purged).toMatchObject({ code: 0, stdout: 'Purged 1 expired record.\n' });
+    expect((await cli(['inspect', '--key', keys.expired])).code).toBe(1);
+    expect((await json(['purge'])).value).toEqual({ purged: 0 });
+  });
+});
