@@ -45,7 +45,7 @@ import { keyFault, scopeTextFault } from './scope-values.js';
 import { OutcomeSealing } from './outcome-sealing.js';
 import { EnvelopeUnreadableError } from './outcome-envelope.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
-import { OnceLog } from '../shared/once-log.js';
+import { OnceLog } from './once-log.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision =

@@ -43,11 +43,11 @@ export function openEnvelope(
   scope: IdempotencyScope,
 ): Buffer {
   if (envelope.length < 2) throw new EnvelopeUnreadableError('the envelope is truncated (no header)');
-  const version = envelope[0] as number;
+  const version = envelope[0];
   if (version !== ENVELOPE_VERSION) {
     throw new EnvelopeUnreadableError(`the envelope's version ${version} is not one this build reads`);
   }
-  const keyIdEnd = 2 + (envelope[1] as number);
+  const keyIdEnd = 2 + (envelope[1]);
   const tagEnd = keyIdEnd + IV_BYTES + TAG_BYTES;
   if (envelope.length < tagEnd) throw new EnvelopeUnreadableError('the envelope is truncated');
   const keyIdBytes = envelope.subarray(2, keyIdEnd);
