@@ -190,14 +190,17 @@ export class IdempotencyService {
       }
       if (holder) void this.claims.discard(holder, policy); // the answer does not wait for its rollback
       const { existing } = result;
+      const response = existing.status === 'completed' ? this.readable(scope, existing.response) : undefined;
+      if (existing.status === 'completed' && response) {
+        this.replays.remember(scope, { fingerprint: existing.fingerprint, response }, existing.expiresInSeconds, since);
+      }
       if (existing.fingerprint !== fingerprint) {
         wait.stop();
-        throw new IdempotencyKeyReuseError(terms);
+        throw new IdempotencyKeyReuseError(terms); // whether or not its outcome can be read
       }
       if (existing.status === 'completed') {
         wait.stop();
-        const response = this.readable(scope, existing.response);
-        this.replays.remember(scope, { fingerprint, response }, existing.expiresInSeconds, since);
+        if (!response) throw new IdempotencyRecordUnreadableError();
         return { action: 'replay', response };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
@@ -206,10 +209,11 @@ export class IdempotencyService {
   }
 
   /**
-   * A completed record's outcome as it was stored, or, when it cannot be read (it does not decrypt), a refusal: it is
-   * never replayed, and its work never run again under the key, which could do it twice.
+   * A completed record's outcome as it was stored, or `undefined` when it cannot be read (it does not decrypt),
+   * reported: such a record is refused, never replayed, and its work never run again under the key (that could do it
+   * twice).
    */
-  private readable(scope: IdempotencyScope, stored: StoredResponse): StoredResponse {
+  private readable(scope: IdempotencyScope, stored: StoredResponse): StoredResponse | undefined {
     try {
       return this.sealing.open(scope, stored);
     } catch (error) {
@@ -224,7 +228,7 @@ export class IdempotencyService {
           'encryption.keys (or set encryption.acceptPlaintext during a switch-over), or delete the record once its ' +
           'outcome is known to the client another way.',
       );
-      throw new IdempotencyRecordUnreadableError();
+      return undefined;
     }
   }
 

@@ -37,17 +37,13 @@ export function sealEnvelope(plaintext: Buffer, key: OutcomeKey, scope: Idempote
 }
 
 /** Opens an envelope of the record of `scope` with the key it names; throws `EnvelopeUnreadableError` saying why not. */
-export function openEnvelope(
-  envelope: Buffer,
-  keys: ReadonlyMap<string, Buffer>,
-  scope: IdempotencyScope,
-): Buffer {
+export function openEnvelope(envelope: Buffer, keys: ReadonlyMap<string, Buffer>, scope: IdempotencyScope): Buffer {
   if (envelope.length < 2) throw new EnvelopeUnreadableError('the envelope is truncated (no header)');
   const version = envelope[0];
   if (version !== ENVELOPE_VERSION) {
     throw new EnvelopeUnreadableError(`the envelope's version ${version} is not one this build reads`);
   }
-  const keyIdEnd = 2 + (envelope[1]);
+  const keyIdEnd = 2 + envelope[1];
   const tagEnd = keyIdEnd + IV_BYTES + TAG_BYTES;
   if (envelope.length < tagEnd) throw new EnvelopeUnreadableError('the envelope is truncated');
   const keyIdBytes = envelope.subarray(2, keyIdEnd);

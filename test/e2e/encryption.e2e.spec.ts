@@ -2,12 +2,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { Body, Controller, Header, Post } from '@nestjs/common';
 import request from 'supertest';
-import {
-  IdempotencyService,
-  Idempotent,
-  type OutcomeEncryptionOptions,
-  type StoredResponse,
-} from '../../src/index.js';
+import { IdempotencyService, Idempotent, type OutcomeEncryptionOptions, type StoredResponse } from '../../src/index.js';
 import { IDEMPOTENCY_CHANNELS, type RecordUnreadableEvent } from '../../src/protocol/idempotency-events.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp, startTestContext, type TestApp } from '../support/test-app.js';
@@ -145,7 +140,7 @@ describe('encryption at rest (PostgreSQL)', () => {
     expect(runs).toBe(runsBefore + 1); // the new key only
   });
 
-  it('refuses a record whose key left the ring, with the event naming the key id, and never runs it again', async () => {
+  it('refuses a record whose key left the ring, with the event naming the key id, and never runs it again (a reuse: 422)', async () => {
     const key = randomUUID();
     await withApp({ keys: [keyA] }, (app) => charge(app, key).expect(201));
     const runsBefore = runs;
@@ -156,13 +151,20 @@ describe('encryption at rest (PostgreSQL)', () => {
         async (app) => {
           expectUnreadableRefusal(await charge(app, key));
           expectUnreadableRefusal(await charge(app, key));
+          // The key with another request is refused as reused, whether or not its outcome can be read.
+          const reused = request(app.app.getHttpServer()).post('/charges').set('Idempotency-Key', key);
+          await reused.send({ amount: 200 }).expect(422);
         },
         logger,
       ),
     );
     expect(runs).toBe(runsBefore);
     expect(events).toEqual([
-      { scope: expect.objectContaining({ key }), reason: expect.stringMatching(/key "key-a", which is not in the key ring/) },
+      {
+        scope: expect.objectContaining({ key }),
+        reason: expect.stringMatching(/key "key-a", which is not in the key ring/),
+      },
+      { scope: expect.objectContaining({ key }), reason: expect.stringMatching(/key "key-a"/) },
       { scope: expect.objectContaining({ key }), reason: expect.stringMatching(/key "key-a"/) },
     ]);
     // Logged once per scope, naming what to do.
@@ -243,7 +245,9 @@ describe('the redact hook', () => {
       },
       logger,
     );
-    expect(logger.errors).toContainEqual(expect.stringMatching(/The redact hook threw on the outcome.*Make the hook total/));
+    expect(logger.errors).toContainEqual(
+      expect.stringMatching(/The redact hook threw on the outcome.*Make the hook total/),
+    );
   });
 });
 

@@ -101,11 +101,19 @@ describe('OutcomeSealing', () => {
   it.each<[string, unknown, RegExp]>([
     ['an empty ring', { keys: [] }, /encryption.keys must be a non-empty array/],
     ['no ring', {}, /encryption.keys must be a non-empty array/],
-    ['a 16-byte key', { keys: [{ id: 'A', key: randomBytes(16) }] }, /keys\[0\].key \(id "A"\) must be 32 bytes.*got 16 bytes/],
+    [
+      'a 16-byte key',
+      { keys: [{ id: 'A', key: randomBytes(16) }] },
+      /keys\[0\].key \(id "A"\) must be 32 bytes.*got 16 bytes/,
+    ],
     ['a short base64 key', { keys: [{ id: 'A', key: 'c2hvcnQ=' }] }, /must be 32 bytes.*randomBytes\(32\)/],
     ['a duplicate id', { keys: [keyA, { id: 'A', key: keyB.key }] }, /holds the id "A" twice/],
     ['an empty id', { keys: [{ id: '', key: keyA.key }] }, /keys\[0\].id must be a string of 1 to 255 bytes/],
-    ['a non-boolean acceptPlaintext', { keys: [keyA], acceptPlaintext: 'false' }, /acceptPlaintext must be true or false/],
+    [
+      'a non-boolean acceptPlaintext',
+      { keys: [keyA], acceptPlaintext: 'false' },
+      /acceptPlaintext must be true or false/,
+    ],
   ])('refuses %s at start-up, naming the fix', (_what, encryption, message) => {
     expect(() => OutcomeSealing.from(encryption as never)).toThrow(message);
   });
