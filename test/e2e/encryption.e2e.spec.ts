@@ -253,13 +253,13 @@ describe('the redact hook', () => {
 
 describe('execute() with encryption', () => {
   it('stores the result encrypted, and replays it', async () => {
-    const { context, close } = await startTestContext({
+    const testContext = await startTestContext({
       database: db,
       pool: { max: 2 },
       idempotency: { singleTenant: true, encryption: { keys: [keyA] }, replayCache: false },
     });
     try {
-      const service = context.get(IdempotencyService);
+      const service = testContext.context.get(IdempotencyService);
       const operation = { name: 'payout', key: randomUUID(), input: { amount: 5 } };
       const work = async () => ({ payout: BODY_MARKER });
       expect(await service.execute(operation, work)).toEqual({ result: { payout: BODY_MARKER }, replayed: false });
@@ -267,7 +267,7 @@ describe('execute() with encryption', () => {
       expect(row?.body.includes(Buffer.from(BODY_MARKER))).toBe(false);
       expect(await service.execute(operation, work)).toEqual({ result: { payout: BODY_MARKER }, replayed: true });
     } finally {
-      await close();
+      await testContext.close();
     }
   });
 });

@@ -17,7 +17,7 @@ const response: StoredResponse = {
 /** The envelope with one byte at `offset` flipped. */
 function flipped(envelope: Buffer, offset: number): Buffer {
   const copy = Buffer.from(envelope);
-  copy[offset] = (copy[offset] as number) ^ 0x01;
+  copy[offset] = copy[offset] ^ 0x01;
   return copy;
 }
 
