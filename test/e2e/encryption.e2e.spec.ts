@@ -218,6 +218,28 @@ describe('encryption at rest (PostgreSQL)', () => {
   });
 });
 
+describe('encryption from forRootAsync (keys from a secrets manager)', () => {
+  it('seals with the ring its factory resolved', async () => {
+    const app = await startTestApp({
+      database: db,
+      pool: { max: 2 },
+      idempotencyAsync: {
+        useFactory: async () => ({ singleTenant: true, encryption: { keys: [keyB] }, replayCache: false }),
+      },
+      controllers: [ChargesController],
+      listen: false,
+    });
+    try {
+      const key = randomUUID();
+      const first = await charge(app, key).expect(201);
+      expect((await storedRowOf(key))?.body.includes(Buffer.from(BODY_MARKER))).toBe(false);
+      expect((await charge(app, key).expect(201)).body).toEqual(first.body);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('the redact hook', () => {
   it('changes what a replay returns, not the first answer', async () => {
     const key = randomUUID();
