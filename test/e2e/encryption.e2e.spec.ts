@@ -38,6 +38,13 @@ class ChargesController {
     return { id: `ch_${runs}`, amount: body.amount, card: BODY_MARKER };
   }
 
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  createInTransaction() {
+    runs += 1;
+    return { id: `ch_${runs}`, card: BODY_MARKER };
+  }
+
   @Post('redacted')
   @Idempotent({ redact: redactCard })
   createRedacted() {
@@ -123,6 +130,15 @@ describe('encryption at rest (PostgreSQL)', () => {
       expect(replay.headers['idempotent-replay']).toBe('true');
       expect(replay.headers['x-card-hint']).toBe(HEADER_MARKER);
       expect(replay.body).toEqual(first.body);
+    });
+  });
+
+  it('seals the outcome a transactional route commits with its writes', async () => {
+    const key = randomUUID();
+    await withApp({ keys: [keyA] }, async (app) => {
+      const first = await charge(app, key, '/charges/transactional').expect(201);
+      expect((await storedRowOf(key))?.body.includes(Buffer.from(BODY_MARKER))).toBe(false);
+      expect((await charge(app, key, '/charges/transactional').expect(201)).body).toEqual(first.body);
     });
   });
 
