@@ -23,6 +23,7 @@ const ROOM_NAMES = {
   rabbitmq: 'the RabbitMQ consumers (src/rabbitmq)',
   graphql: 'the GraphQL mutations (src/graphql)',
   jetstream: 'the NATS JetStream consumers (src/jetstream)',
+  swagger: 'the OpenAPI decorators (src/swagger)',
   terminus: 'the health indicator (src/terminus)',
   shared: 'src/shared',
   root: "the module's wiring (the root files of src/)",
@@ -79,6 +80,15 @@ export const ROOMS = {
   },
   graphql: {
     mayImport: ['graphql', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  // OpenAPI documentation of HTTP routes: it reads the HTTP edge's options and profiles, and loads @nestjs/swagger.
+  swagger: {
+    mayImport: ['swagger', 'http', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],

@@ -58,6 +58,7 @@ export class AppModule implements NestModule {
           leaseSeconds: config.leaseSeconds,
           transactional: config.transactional,
           inFlight: config.inFlight,
+          profile: config.profile,
           shutdownTimeoutSeconds: config.shutdownTimeoutSeconds,
           accountResolver: accountOf,
         }),

@@ -2,6 +2,7 @@ import type { INestApplication, LoggerService, LogLevel } from '@nestjs/common';
 import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { DataSource } from 'typeorm';
+import { serveApiDocs } from './api-docs.js';
 import { AppModule } from './app.module.js';
 import { payoutBrokers } from './brokers/payout-brokers.js';
 import type { PaymentProvider } from './payment-provider.js';
@@ -30,6 +31,7 @@ export async function createSampleApp(config: SampleConfig, options: SampleAppOp
     config.platform === 'fastify'
       ? await NestFactory.create(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), appOptions)
       : await NestFactory.create(module, appOptions);
+  serveApiDocs(app, config);
   await runMigrations(app.get(DataSource));
   // After the migrations: a message may arrive as soon as its consumer starts.
   for (const broker of payoutBrokers(config)) await broker.connect(app);

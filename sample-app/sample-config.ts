@@ -1,3 +1,5 @@
+import { HTTP_PROFILES, type HttpProfileName } from '../src/index.js';
+
 /** Everything the sample app reads from its environment. */
 export interface SampleConfig {
   /** postgres:// URL; `npm start` starts an embedded PostgreSQL when DATABASE_URL is unset. */
@@ -13,6 +15,8 @@ export interface SampleConfig {
   transactional: boolean;
   /** What a request whose key is in progress gets: 409 at once, or the outcome after a short wait. */
   inFlight: 'conflict' | 'wait';
+  /** The dialect of the module's answers (`IDEMPOTENCY_PROFILE`): its own, Stripe's, or RFC 9457 problem details. */
+  profile: HttpProfileName;
   /** On SIGTERM/SIGINT, how long running charges may take to finish before their claims are released. */
   shutdownTimeoutSeconds: number;
   /** Whether this process pays pending payouts in the background, and how often it looks for them. */
@@ -46,6 +50,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     providerDelayMs: integer(env, 'PROVIDER_DELAY_MS', 0, 0),
     transactional: choice(env, 'IDEMPOTENCY_TRANSACTIONAL', ['true', 'false'], 'true') === 'true',
     inFlight: choice(env, 'IDEMPOTENCY_IN_FLIGHT', ['conflict', 'wait'], 'conflict'),
+    profile: profileFromEnv(env),
     shutdownTimeoutSeconds: integer(env, 'IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS', 10, 1),
     payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),
@@ -61,6 +66,11 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
       : undefined,
     pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
+}
+
+/** `IDEMPOTENCY_PROFILE`: read apart too, by the OpenAPI decorators, which are evaluated before any config is made. */
+export function profileFromEnv(env: NodeJS.ProcessEnv): HttpProfileName {
+  return choice(env, 'IDEMPOTENCY_PROFILE', HTTP_PROFILES, 'default');
 }
 
 function choice<T extends string>(env: NodeJS.ProcessEnv, name: string, allowed: readonly T[], fallback: T): T {

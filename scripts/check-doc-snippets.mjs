@@ -1,8 +1,8 @@
 // Type-checks the TypeScript of the docs: every ```ts / ```typescript block of README.md and docs/*.md is written to
 // a temporary folder as a module of its own and compiled by one `tsc` run, with the compiler options of this
 // project's tsconfig.json (NodeNext, strict, decorators) and `nest-idempotency`, `nest-idempotency/client`,
-// `nest-idempotency/testing`, `nest-idempotency/rabbitmq`, `nest-idempotency/jetstream`, `nest-idempotency/graphql`
-// and `nest-idempotency/terminus` mapped to their sources. A
+// `nest-idempotency/testing`, `nest-idempotency/rabbitmq`, `nest-idempotency/jetstream`, `nest-idempotency/graphql`,
+// `nest-idempotency/terminus` and `nest-idempotency/swagger` mapped to their sources. A
 // block that does not compile fails the check, named by its markdown file and line. Also checks that the relative
 // links of those files point at a file and, for a page, at one of its headings. `npm run check:docs`; CI runs it
 // (.ci/run).
@@ -239,6 +239,7 @@ try {
     'nest-idempotency/rabbitmq': [join(root, 'src/rabbitmq/index.ts')],
     'nest-idempotency/jetstream': [join(root, 'src/jetstream/index.ts')],
     'nest-idempotency/graphql': [join(root, 'src/graphql/index.ts')],
+    'nest-idempotency/swagger': [join(root, 'src/swagger/index.ts')],
     'nest-idempotency/terminus': [join(root, 'src/terminus/index.ts')],
   };
   if (!existsSync(join(root, 'node_modules/@nestjs/config'))) {

@@ -21,6 +21,7 @@ export type {
   HttpIdempotencyModuleOptions,
   HttpIdempotentOptions,
 } from './http/http-options.interface.js';
+export { HTTP_PROFILES, type HttpProfileName } from './http/http-profile.js';
 export { isFinalStatusByDefault } from './protocol/idempotency-policy.js';
 export { sha256Fingerprint } from './http/http-policy.js';
 export { jsonFieldsFingerprint, type JsonFieldsSelection } from './http/json-fields-fingerprint.js';

@@ -1,5 +1,7 @@
 import { Body, Controller, Get, Param, Patch, Post, Query } from '@nestjs/common';
 import { Idempotent } from '../../src/index.js';
+import { ApiIdempotent } from '../../src/swagger/index.js';
+import { IDEMPOTENCY_DOCS } from '../api-docs.js';
 import { Account } from '../auth/account.decorator.js';
 import {
   ChargeInputPipe,
@@ -18,6 +20,7 @@ export class ChargesController {
   constructor(private readonly charges: ChargesService) {}
 
   @Post()
+  @ApiIdempotent(IDEMPOTENCY_DOCS)
   async create(@Account() account: string, @Body(ChargeInputPipe) input: ChargeInput) {
     return presentCharge(await this.charges.create(account, input));
   }
@@ -33,6 +36,7 @@ export class ChargesController {
   }
 
   @Patch(':id')
+  @ApiIdempotent(IDEMPOTENCY_DOCS)
   @Idempotent({ required: false })
   async update(@Account() account: string, @Param('id') id: string, @Body(ChargeUpdatePipe) update: ChargeUpdate) {
     return presentCharge(await this.charges.updateDescription(account, id, update.description));

@@ -3,6 +3,8 @@ import { Body, Controller, Get, HttpStatus, Param, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { Idempotent } from '../../src/index.js';
+import { ApiIdempotent } from '../../src/swagger/index.js';
+import { IDEMPOTENCY_DOCS } from '../api-docs.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { ApiError } from '../api-errors.js';
 import { Account } from '../auth/account.decorator.js';
@@ -19,6 +21,7 @@ export class PayoutsController {
   ) {}
 
   @Post()
+  @ApiIdempotent(IDEMPOTENCY_DOCS)
   @Idempotent()
   async create(@Account() account: string, @Body(PayoutInputPipe) input: PayoutInput) {
     const manager = this.idempotency.manager ?? this.dataSource.manager;

@@ -2,9 +2,10 @@ import { HttpException } from '@nestjs/common';
 import type { IdempotencyError, IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { HttpResponse } from './http-platform.js';
+import type { HttpProfile, HttpRefusalAnswer } from './http-profile.js';
 import { sendSealed } from './response-capture.js';
 
-// What the HTTP edge answers itself: a replay, and its refusals (their status, body and Retry-After).
+// What the HTTP edge answers itself: a replay, and its refusals (as the module's profile words them, and Retry-After).
 
 /** The HTTP status of each refusal: the client's fault (4xx), the server's set-up (500), or try again later (409, 503). */
 const HTTP_STATUS: Record<IdempotencyErrorCode, number> = {
@@ -21,6 +22,7 @@ const HTTP_STATUS: Record<IdempotencyErrorCode, number> = {
   idempotency_record_unreadable: 500, // the server cannot read what it stored: an operator must act
 };
 
+/** The status of a refusal in the `default` and `ietf` profiles. */
 export function httpStatusOf(error: IdempotencyError): number {
   return HTTP_STATUS[error.code];
 }
@@ -30,17 +32,32 @@ export function httpBodyOf(error: IdempotencyError): { statusCode: number; error
   return { statusCode: httpStatusOf(error), error: error.code, message: error.message };
 }
 
-/**
- * The refusal as Nest's exception filters expect an HTTP error: an `HttpException` with the module's body, whose
- * `cause` is the `IdempotencyError` (so that a filter of the application can tell which refusal it is).
- */
-export function httpExceptionFor(error: IdempotencyError): HttpException {
-  return new HttpException(httpBodyOf(error), httpStatusOf(error), { cause: error });
+/** The module's own answers, as they were before profiles. */
+export const defaultProfile: HttpProfile = {
+  name: 'default',
+  replayHeaderName: 'Idempotent-Replay',
+  refusal: (error) => ({ status: httpStatusOf(error), body: httpBodyOf(error), headers: {} }),
+};
+
+/** A refusal as `profile` words it, with `Retry-After` when waiting helps. */
+export function refusalAnswer(error: IdempotencyError, profile: HttpProfile): HttpRefusalAnswer {
+  const answer = profile.refusal(error);
+  if (error.retryAfterSeconds === undefined) return answer;
+  return { ...answer, headers: { ...answer.headers, 'retry-after': String(Math.ceil(error.retryAfterSeconds)) } };
 }
 
-/** On the Node.js response, which every platform merges into what it sends (an exception filter's answer, say). */
-export function setRetryAfter(response: HttpResponse, seconds: number): void {
-  if (!response.raw.headersSent) response.raw.setHeader('Retry-After', String(Math.ceil(seconds)));
+/**
+ * The refusal as Nest's exception filters expect an HTTP error: an `HttpException` with the profile's body, whose
+ * `cause` is the `IdempotencyError` (so that a filter of the application can tell which refusal it is). The answer's
+ * headers go onto the Node.js response, which every platform merges into what it sends (an exception filter's answer,
+ * say), and which Fastify reads its `Content-Type` from.
+ */
+export function httpExceptionFor(error: IdempotencyError, profile: HttpProfile, response: HttpResponse): HttpException {
+  const { status, body, headers } = refusalAnswer(error, profile);
+  if (!response.raw.headersSent) {
+    for (const [name, value] of Object.entries(headers)) response.raw.setHeader(name, value);
+  }
+  return new HttpException(body, status, { cause: error });
 }
 
 /**
@@ -54,8 +71,11 @@ export function sendReplay(response: HttpResponse, stored: StoredResponse, repla
 }
 
 /** The response Nest's exception filter would send for `error`, for when the module must send it itself. */
-export function errorResponse(error: IdempotencyError): StoredResponse {
-  const headers: Record<string, string> = { 'content-type': 'application/json; charset=utf-8' };
-  if (error.retryAfterSeconds !== undefined) headers['retry-after'] = String(Math.ceil(error.retryAfterSeconds));
-  return { status: httpStatusOf(error), headers, body: Buffer.from(JSON.stringify(httpBodyOf(error))) };
+export function errorResponse(error: IdempotencyError, profile: HttpProfile): StoredResponse {
+  const { status, body, headers } = refusalAnswer(error, profile);
+  return {
+    status,
+    headers: { 'content-type': 'application/json; charset=utf-8', ...headers },
+    body: Buffer.from(JSON.stringify(body)),
+  };
 }

@@ -93,7 +93,7 @@ export class HttpAttempt {
       },
       (sent) => this.finish(sent),
     );
-    this.services.idempotency.onAbandoned(this.run, (error) => capture.answer(errorResponse(error)));
+    this.services.idempotency.onAbandoned(this.run, (error) => capture.answer(errorResponse(error, plan.http.profile)));
     const handled = this.handled();
     if (plan.replayable) return this.runToCompletion(handled, capture);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
@@ -142,7 +142,7 @@ export class HttpAttempt {
       work.close();
       try {
         const error = await this.services.idempotency.finish(run, outcome, policy);
-        return error && errorResponse(error);
+        return error && errorResponse(error, plan.http.profile);
       } catch (error) {
         this.services.logger.error(`Finalizing key ${JSON.stringify(key)} of ${endpoint} failed: ${error}`);
         return undefined;

@@ -1,3 +1,5 @@
+import type { HttpProfileName } from './http-profile.js';
+
 /** What the fingerprint of an HTTP request is computed from. */
 export interface FingerprintInput {
   /** Upper-case HTTP method. */
@@ -36,6 +38,22 @@ export interface HttpIdempotentOptions {
 export interface HttpIdempotencyModuleOptions extends HttpIdempotentOptions {
   /** Request header carrying the key. Default: `Idempotency-Key`. */
   headerName?: string;
-  /** Response header set to `true` on a replay. Default: `Idempotent-Replay` (Stripe sends `Idempotent-Replayed`). */
+  /**
+   * Response header set to `true` on a replay. Default: the profile's, `Idempotent-Replay` (`Idempotent-Replayed`
+   * with the `stripe` profile).
+   */
   replayHeaderName?: string;
+  /**
+   * The dialect of the answers the module writes itself (refusals, and the replay header), for the whole API, since a
+   * client speaks one: `default` (JSON `{ statusCode, error, message }`), `stripe` (Stripe's statuses, `{ error: {
+   * type, code, message } }`, `Stripe-Should-Retry`, `Idempotent-Replayed`), or `ietf` (RFC 9457
+   * `application/problem+json`). See docs/profiles.md. Default: `default`.
+   */
+  profile?: HttpProfileName;
+  /**
+   * With the `ietf` profile, the start of each problem's `type` URI, which ends with the refusal's code: a page of
+   * the API's documentation, say (`https://api.example.com/problems/` gives `…/problems/request_in_progress`).
+   * Default: `urn:nest-idempotency:problem:`.
+   */
+  problemTypeBase?: string;
 }

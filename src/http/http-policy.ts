@@ -1,10 +1,14 @@
 import { createHash } from 'node:crypto';
-import { boolean, callable, nonEmptyString, positive, stringList } from '../protocol/option-checks.js';
+import { boolean, callable, nonEmptyString, oneOf, positive, stringList } from '../protocol/option-checks.js';
 import type {
   FingerprintInput,
   HttpIdempotencyModuleOptions,
   HttpIdempotentOptions,
 } from './http-options.interface.js';
+import { defaultProfile } from './http-answers.js';
+import { HTTP_PROFILES, type HttpProfile, type HttpProfileName } from './http-profile.js';
+import { DEFAULT_PROBLEM_TYPE_BASE, ietfProfile } from './ietf-profile.js';
+import { stripeProfile } from './stripe-profile.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
@@ -38,6 +42,8 @@ export interface HttpRoutePolicy {
   /** Lower-case names of the response headers that are stored and replayed. */
   storedResponseHeaders: ReadonlySet<string>;
   maxStoredBodyBytes: number;
+  /** How the module's own answers are worded (the module's, for every route). */
+  profile: HttpProfile;
 }
 
 /** Checked with every room's wording, so that a wrong value refuses the start (or the decorator) with its name. */
@@ -50,14 +56,23 @@ export function resolveHttpPolicy(
   const extraHeaders = stringList('storedResponseHeaders', options.storedResponseHeaders ?? []).map((name) =>
     name.toLowerCase(),
   );
+  const profile = profileOf(options);
   return {
     headerName: nonEmptyString('headerName', options.headerName ?? 'Idempotency-Key'),
-    replayHeaderName: nonEmptyString('replayHeaderName', options.replayHeaderName ?? 'Idempotent-Replay'),
+    replayHeaderName: nonEmptyString('replayHeaderName', options.replayHeaderName ?? profile.replayHeaderName),
     required: boolean('required', options.required ?? true),
     fingerprint: callable('fingerprint', options.fingerprint ?? sha256Fingerprint),
     storedResponseHeaders: new Set(
       [...ALWAYS_STORED_HEADERS, ...extraHeaders].filter((name) => !NEVER_STORED_HEADERS.has(name)),
     ),
     maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
+    profile,
   };
+}
+
+function profileOf(options: HttpIdempotencyModuleOptions): HttpProfile {
+  const name: HttpProfileName = oneOf('profile', options.profile ?? 'default', HTTP_PROFILES);
+  const problemTypeBase = nonEmptyString('problemTypeBase', options.problemTypeBase ?? DEFAULT_PROBLEM_TYPE_BASE);
+  if (name === 'stripe') return stripeProfile;
+  return name === 'ietf' ? ietfProfile(problemTypeBase) : defaultProfile;
 }

@@ -19,7 +19,7 @@ import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
 import { responseForClient } from './content-coding.js';
 import { type AttemptServices, HttpAttempt } from './http-attempt.js';
-import { httpExceptionFor, sendReplay, setRetryAfter } from './http-answers.js';
+import { httpExceptionFor, sendReplay } from './http-answers.js';
 import type { HttpIdempotencyModuleOptions } from './http-options.interface.js';
 import {
   type HttpPlatform,
@@ -29,6 +29,7 @@ import {
   isSupportedHttpPlatform,
 } from './http-platform.js';
 import { resolveHttpPolicy } from './http-policy.js';
+import type { HttpProfile } from './http-profile.js';
 import { accountOf, endpointOf, fingerprintInputOf } from './http-request-reading.js';
 import { parseIdempotencyKey } from '../protocol/key-header.js';
 import { PASS_THROUGH_METHODS } from './http.constants.js';
@@ -63,6 +64,8 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
   private readonly attemptServices: AttemptServices;
   /** The request header carrying the key, the module's (routes do not set their own). */
   private readonly keyHeaderName: string;
+  /** How refusals are worded, the module's (routes do not set their own). */
+  private readonly profile: HttpProfile;
 
   constructor(
     reflector: Reflector,
@@ -73,7 +76,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
   ) {
     transports.register(this);
     // Invalid HTTP options fail at start-up, not on the first request.
-    this.keyHeaderName = resolveHttpPolicy(options).headerName;
+    ({ headerName: this.keyHeaderName, profile: this.profile } = resolveHttpPolicy(options));
     this.plans = new RoutePlans(reflector, options);
     this.attemptServices = { idempotency, adapterHost, logger: this.logger, once: this.once };
   }
@@ -164,10 +167,14 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     return new HttpAttempt(run, claimed, this.attemptServices).start();
   }
 
-  /** The module's refusals reach Nest's exception filters as `HttpException`s (their `cause`, the refusal). */
-  refusal(error: IdempotencyError, call: HttpCall | undefined): unknown {
-    if (call && error.retryAfterSeconds !== undefined) setRetryAfter(call.response, error.retryAfterSeconds);
-    return httpExceptionFor(error);
+  /**
+   * The module's refusals reach Nest's exception filters as `HttpException`s (their `cause`, the refusal), worded by
+   * the module's profile.
+   */
+  refusal(error: IdempotencyError, call: HttpCall | undefined, context: ExecutionContext): unknown {
+    const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
+    const response = call?.response ?? platform.responseOf(context.switchToHttp().getResponse<object>());
+    return httpExceptionFor(error, this.profile, response);
   }
 
   private warnAnsweredElsewhere(endpoint: string): void {

@@ -37,6 +37,7 @@ export async function startSampleApp(
       providerDelayMs: 0,
       transactional: true,
       inFlight: 'conflict',
+      profile: 'default',
       shutdownTimeoutSeconds: 10,
       payoutWorker: false,
       payoutPollMs: 500,
