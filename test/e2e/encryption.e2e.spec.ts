@@ -2,7 +2,13 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { Body, Controller, Header, Post } from '@nestjs/common';
 import request from 'supertest';
-import { IdempotencyService, Idempotent, type OutcomeEncryptionOptions, type StoredResponse } from '../../src/index.js';
+import {
+  IdempotencyService,
+  Idempotent,
+  InMemoryIdempotencyStore,
+  type OutcomeEncryptionOptions,
+  type StoredResponse,
+} from '../../src/index.js';
 import { IDEMPOTENCY_CHANNELS, type RecordUnreadableEvent } from '../../src/protocol/idempotency-events.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp, startTestContext, type TestApp } from '../support/test-app.js';
@@ -249,6 +255,33 @@ describe('encryption from forRootAsync (keys from a secrets manager)', () => {
       const key = randomUUID();
       const first = await charge(app, key).expect(201);
       expect((await storedRowOf(key))?.body.includes(Buffer.from(BODY_MARKER))).toBe(false);
+      expect((await charge(app, key).expect(201)).body).toEqual(first.body);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
+describe('encryption on the in-memory store', () => {
+  it('holds the outcome sealed, and replays it', async () => {
+    const store = new InMemoryIdempotencyStore();
+    const app = await startTestApp({
+      database: 'memory',
+      store,
+      idempotency: { singleTenant: true, encryption: { keys: [keyA] }, replayCache: false },
+      controllers: [ChargesController],
+      listen: false,
+    });
+    try {
+      const key = randomUUID();
+      const first = await charge(app, key).expect(201);
+      const claimed = await store.claim({ account: '', endpoint: 'POST /charges', key }, 'another', randomUUID(), {
+        leaseSeconds: 1,
+        ttlSeconds: 1,
+      });
+      expect(claimed).toMatchObject({ claimed: false, existing: { status: 'completed' } });
+      const held = claimed.claimed ? undefined : claimed.existing;
+      expect(held?.status === 'completed' && held.response.body.includes(Buffer.from(BODY_MARKER))).toBe(false);
       expect((await charge(app, key).expect(201)).body).toEqual(first.body);
     } finally {
       await app.close();
