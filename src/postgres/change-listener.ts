@@ -52,10 +52,12 @@ export class ChangeListener {
    * Whether it listens, told within `timeoutMs`: a lost connection is opened again, as the next wait would open it,
    * and an open one is asked to LISTEN again (a no-op for PostgreSQL): a connection cut without its client knowing
    * (a network gone silent) does not answer. `undefined` when nothing needs it: no wait has asked for it and the
-   * caller does not say waits are on (`needed`), or it was closed (the application is shutting down).
+   * caller does not say waits are on (`needed`). Closed (the application is shutting down), it no longer listens,
+   * and is not opened again: waits that need it would wait out their bound, so it is not listening.
    */
   async isListening(timeoutMs: number, needed: boolean): Promise<boolean | undefined> {
-    if (this.closed || !(this.needed || needed)) return undefined;
+    if (!(this.needed || needed)) return undefined;
+    if (this.closed) return false;
     const deadline = Date.now() + timeoutMs;
     try {
       const session = await within(this.listen(timeoutMs), timeoutMs, () => new Error('not listening in time'));

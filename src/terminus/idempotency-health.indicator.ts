@@ -65,17 +65,45 @@ export class IdempotencyHealthIndicator {
     try {
       ({ listening } = await check);
     } catch (error) {
-      const message = error instanceof Error ? error.message : String(error);
-      return indicator.down({ store: 'unreachable', latencyMs: latencyMs(), message });
+      return indicator.down({ store: 'unreachable', latencyMs: latencyMs(), message: faultOf(error) });
     }
     if (listening === false) {
       return indicator.down({
         store: 'reachable',
         latencyMs: latencyMs(),
         listening: 'down',
-        message: `the store does not listen for outcomes (not within ${timeoutMs} ms): waiting attempts are not woken by outcomes and wait out their inFlightWaitSeconds`,
+        message: `the store does not listen for outcomes (not within ${timeoutMs} ms, or closed by a shutdown): waiting attempts are not woken by outcomes and wait out their inFlightWaitSeconds`,
       });
     }
     return indicator.up({ store: 'reachable', latencyMs: latencyMs(), listening: listening ? 'up' : 'not needed' });
   }
+}
+
+/** A Node.js system error (a refused or timed-out connection, a name not resolved): its call and code. */
+interface SystemError {
+  syscall: string;
+  code: string;
+}
+
+/**
+ * What failed, for a health route that is often public: a system error by its call and code (`connect ECONNREFUSED`),
+ * since its message names the host and port it was about; the driver's message otherwise. Found where drivers and
+ * pools put it: the error itself, its `cause`, or the errors of an `AggregateError` (one per address tried).
+ */
+function faultOf(error: unknown): string {
+  const system = systemErrorIn(error, 3);
+  if (system) return `${system.syscall} ${system.code}`;
+  return error instanceof Error ? error.message : String(error);
+}
+
+function systemErrorIn(error: unknown, depth: number): SystemError | undefined {
+  if (typeof error !== 'object' || error === null || depth < 0) return undefined;
+  const { syscall, code, cause, errors } = error as Partial<SystemError> & { cause?: unknown; errors?: unknown };
+  if (typeof syscall === 'string' && typeof code === 'string') return { syscall, code };
+  const inner = [cause, ...(Array.isArray(errors) ? (errors as unknown[]) : [])];
+  for (const candidate of inner) {
+    const found = systemErrorIn(candidate, depth - 1);
+    if (found) return found;
+  }
+  return undefined;
 }

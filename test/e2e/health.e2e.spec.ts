@@ -4,9 +4,11 @@ import { TerminusModule } from '@nestjs/terminus';
 import { getDataSourceToken } from '@nestjs/typeorm';
 import request from 'supertest';
 import type { DataSource, QueryRunner } from 'typeorm';
-import { Idempotent, InMemoryIdempotencyStore } from '../../src/index.js';
+import { Idempotent, type IdempotencyStore, InMemoryIdempotencyStore } from '../../src/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/protocol/idempotency.tokens.js';
 import { IdempotencyHealthModule } from '../../src/terminus/index.js';
 import { HealthController } from '../../sample-app/health.controller.js';
+import { describeThroughPgBouncer, throughPgBouncer } from '../support/pgbouncer.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
 import { startTestApp, type TestModuleOptions, useTestApp } from '../support/test-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
@@ -19,6 +21,13 @@ const TIMEOUT_MS = 1000;
 function indicator(status: 'up' | 'down', fields: Record<string, unknown>) {
   return { status, latencyMs: expect.any(Number), ...fields };
 }
+
+/** The indicator's result for a store that answers but does not listen while waits are on. */
+const LISTENING_DOWN = indicator('down', {
+  store: 'reachable',
+  listening: 'down',
+  message: expect.stringContaining('does not listen for outcomes'),
+});
 
 /** A route that waits for an attempt in flight, where the module does not. */
 @Controller('work')
@@ -94,6 +103,10 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
         details: { idempotency: expect.objectContaining({ status: 'down', store: 'unreachable' }) },
       });
       expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
+      // A health route is often public: its message names no host or port of the store's configuration.
+      const { hostname, port } = new URL(proxy.urlFor(db.url));
+      expect(response.body.error.idempotency.message).not.toContain(port);
+      expect(response.body.error.idempotency.message).not.toContain(hostname);
       proxy.bringUp();
       await waitFor(async () => ((await health(app.url)).status === 200 ? true : undefined), 'the check up again');
       const back = await health(app.url).expect(200);
@@ -125,6 +138,28 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
     });
   });
 
+  describe('on PostgreSQL, its server gone (nothing listens at its address)', () => {
+    const gone = useTcpProxy(db);
+    const app = useTestApp(() => ({
+      database: { url: gone.urlFor(db.url) },
+      pool: { max: 3, connectionTimeoutMillis: 2000 },
+      idempotency: { singleTenant: true },
+      ...HEALTH,
+    }));
+
+    it('is down with a message that names no host or port of the store (a health route is often public)', async () => {
+      await health(app.url).expect(200);
+      const { hostname, port } = new URL(gone.urlFor(db.url));
+      await gone.close();
+      // The pool's idle connections are cut with the proxy; the next check has to connect, and is refused.
+      const response = await health(app.url).expect(503);
+      const { message } = response.body.error.idempotency as { message: string };
+      expect(message).toBe('connect ECONNREFUSED');
+      expect(message).not.toContain(port);
+      expect(message).not.toContain(hostname);
+    });
+  });
+
   describe('on PostgreSQL, LISTEN on a listenConnection of its own', () => {
     const listenProxy = useTcpProxy(db);
     const app = useTestApp(
@@ -142,18 +177,31 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       await health(app.url).expect(200);
       listenProxy.takeDown();
       const response = await health(app.url).expect(503);
-      expect(response.body.error.idempotency).toEqual(
-        indicator('down', {
-          store: 'reachable',
-          listening: 'down',
-          message: expect.stringContaining('does not listen for outcomes'),
-        }),
-      );
+      expect(response.body.error.idempotency).toEqual(LISTENING_DOWN);
       expect(await listeners(db)).toEqual([]);
       listenProxy.bringUp();
       const back = await health(app.url).expect(200);
       expect(back.body.info.idempotency).toMatchObject({ store: 'reachable', listening: 'up' });
       expect(await listeners(db)).toHaveLength(1);
+    });
+  });
+
+  describe('on PostgreSQL, the module waiting for outcomes, its store closed by the shutdown', () => {
+    const app = useTestApp(() => ({
+      database: db,
+      pool: { max: 3 },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+
+    it('is down once the store has stopped listening, while the HTTP server still answers', async () => {
+      await health(app.url).expect(200);
+      // What the module's beforeApplicationShutdown does after the drain; the HTTP server closes only after it.
+      await app.moduleRef.get<IdempotencyStore>(IDEMPOTENCY_STORE).close?.();
+      const response = await health(app.url).expect(503);
+      expect(response.body.error.idempotency).toEqual(LISTENING_DOWN);
+      expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
+      expect(await listeners(db)).toEqual([]);
     });
   });
 
@@ -189,6 +237,31 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       const response = await health(app.url).expect(200);
       expect(response.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'not needed' }));
       expect(await listeners(db)).toEqual([]);
+    });
+  });
+
+  describeThroughPgBouncer('on PostgreSQL through PgBouncer (transaction mode), the module waiting', () => {
+    const pooled = useTestApp(() => ({
+      database: { url: throughPgBouncer(db.url) },
+      pool: { max: 3 },
+      postgres: { transactionPooler: true },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+    const listeningDirectly = useTestApp(() => ({
+      database: { url: throughPgBouncer(db.url) },
+      pool: { max: 3 },
+      postgres: { transactionPooler: true, listenConnection: db.url },
+      idempotency: { singleTenant: true, inFlight: 'wait' },
+      ...HEALTH,
+    }));
+
+    it('is up, listening not needed (waits poll); with a listenConnection, listening up on the server itself', async () => {
+      const polling = await health(pooled.url).expect(200);
+      expect(polling.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'not needed' }));
+      const listening = await health(listeningDirectly.url).expect(200);
+      expect(listening.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'up' }));
+      expect(await listeners(db)).toHaveLength(1);
     });
   });
 

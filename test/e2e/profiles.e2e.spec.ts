@@ -100,6 +100,15 @@ describe.each(PLATFORMS)('the stripe profile, with stripe-node as the client, on
     expect(concurrent.lastResponse.headers['idempotent-replayed']).toBe('true');
   });
 
+  it('is sent a key by stripe-node on every POST, retries off too: a charge created without one is not refused', async () => {
+    const stripe = stripeClient(0);
+    const sentKeys: (string | undefined)[] = [];
+    stripe.on('request', (event: { idempotency_key?: string }) => sentKeys.push(event.idempotency_key));
+    const created = await stripe.charges.create(charge);
+    expect(created).toMatchObject({ object: 'charge', amount: 1200 });
+    expect(sentKeys).toEqual([expect.stringMatching(/^stripe-node-retry-/)]);
+  });
+
   it('refuses a key over 255 characters as a StripeInvalidRequestError', async () => {
     const refused = await stripeClient(0)
       .charges.create(charge, { idempotencyKey: 'k'.repeat(256) })

@@ -1,6 +1,6 @@
-import { Controller, type INestApplication, Patch, Post } from '@nestjs/common';
+import { Controller, Get, type INestApplication, Patch, Post, Put } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
-import { DocumentBuilder, type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
+import { ApiCreatedResponse, DocumentBuilder, type OpenAPIObject, SwaggerModule } from '@nestjs/swagger';
 import { Idempotent } from '../../src/index.js';
 import { ApiIdempotent } from '../../src/swagger/index.js';
 
@@ -21,11 +21,33 @@ class ChargesController {
   }
 }
 
+@Controller('v1/refunds')
+@ApiIdempotent()
+@Idempotent()
+class RefundsController {
+  @Post()
+  @ApiCreatedResponse({ description: 'The refund.' })
+  create() {
+    return {};
+  }
+
+  @Put(':id')
+  @Idempotent({ required: false })
+  replace() {
+    return {};
+  }
+
+  @Get()
+  list() {
+    return [];
+  }
+}
+
 let app: INestApplication;
 let document: OpenAPIObject;
 
 beforeAll(async () => {
-  const module = await Test.createTestingModule({ controllers: [ChargesController] }).compile();
+  const module = await Test.createTestingModule({ controllers: [ChargesController, RefundsController] }).compile();
   app = module.createNestApplication({ logger: false });
   document = SwaggerModule.createDocument(app, new DocumentBuilder().build());
 });
@@ -72,6 +94,22 @@ describe('@ApiIdempotent()', () => {
     const update = document.paths['/v1/charges/{id}'].patch!;
     expect(update.parameters).toContainEqual(
       expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: false }),
+    );
+  });
+
+  it('keeps a success response the route declares beside its 2XX (swagger drops its default 201 for them)', () => {
+    const { responses } = document.paths['/v1/refunds'].post!;
+    expect(responses['201']).toMatchObject({ description: 'The refund.' });
+    expect(responses['2XX']).toMatchObject({ headers: { 'Idempotent-Replay': expect.any(Object) } });
+    expect(document.paths['/v1/charges'].post!.responses['201']).toBeUndefined();
+  });
+
+  it('on a class, documents each route by its own @Idempotent() and leaves the routes that pass through', () => {
+    expect(document.paths['/v1/refunds/{id}'].put!.parameters).toContainEqual(
+      expect.objectContaining({ name: 'Idempotency-Key', in: 'header', required: false }),
+    );
+    expect(document.paths['/v1/refunds'].get!.parameters ?? []).not.toContainEqual(
+      expect.objectContaining({ name: 'Idempotency-Key' }),
     );
   });
 

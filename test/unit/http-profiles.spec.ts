@@ -1,4 +1,4 @@
-import { refusalAnswer } from '../../src/http/http-answers.js';
+import { errorResponse, refusalAnswer } from '../../src/http/http-answers.js';
 import { resolveHttpPolicy } from '../../src/http/http-policy.js';
 import {
   IdempotencyKeyRequiredError,
@@ -58,6 +58,23 @@ describe('HTTP profiles', () => {
         code: 'idempotency_key_required',
       },
       headers: { 'content-type': 'application/problem+json' },
+    });
+  });
+
+  it('words the answers sent after the handler ran (a finalize that failed, the key taken over) as the profile does', () => {
+    const ietf = errorResponse(new IdempotencyStoreUnavailableError(2), profileOf({ profile: 'ietf' }));
+    expect(ietf).toMatchObject({
+      status: 503,
+      headers: { 'content-type': 'application/problem+json', 'retry-after': '2' },
+    });
+    expect(JSON.parse(ietf.body.toString())).toMatchObject({ status: 503, code: 'idempotency_store_unavailable' });
+    const stripe = errorResponse(new RequestInProgressError(2, terms), profileOf({ profile: 'stripe' }));
+    expect(stripe).toMatchObject({
+      status: 409,
+      headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-should-retry': 'true', 'retry-after': '2' },
+    });
+    expect(JSON.parse(stripe.body.toString())).toMatchObject({
+      error: { type: 'idempotency_error', code: 'request_in_progress' },
     });
   });
 
