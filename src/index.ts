@@ -11,6 +11,8 @@ export { IdempotencyRun } from './protocol/idempotency-run.js';
 export type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.js';
 export type {
   AccountResolver,
+  OutcomeEncryptionOptions,
+  OutcomeRedaction,
   ProtocolIdempotentOptions,
   ProtocolModuleOptions,
 } from './protocol/idempotency-options.interface.js';
@@ -39,6 +41,7 @@ export {
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
   IdempotencyOperationInvalidError,
+  IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,

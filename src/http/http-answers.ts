@@ -19,6 +19,7 @@ const HTTP_STATUS: Record<IdempotencyErrorCode, number> = {
   request_in_progress: 409,
   idempotency_store_unavailable: 503,
   idempotency_shutting_down: 503,
+  idempotency_record_unreadable: 500, // the server cannot read what it stored: an operator must act
 };
 
 /** The status of a refusal in the `default` and `ietf` profiles. */

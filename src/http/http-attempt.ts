@@ -2,7 +2,7 @@ import { type CallHandler, type ExecutionContext, HttpException, type Logger } f
 import type { HttpAdapterHost } from '@nestjs/core';
 import { finalize, lastValueFrom, Observable, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
 import { isNestReplying } from './nest-replies.js';
-import type { OnceLog } from './once-log.js';
+import type { OnceLog } from '../protocol/once-log.js';
 import type { RoutePlan } from './route-plans.js';
 import { runWithin } from '../protocol/current-run.js';
 import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';

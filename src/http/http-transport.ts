@@ -34,7 +34,7 @@ import { accountOf, endpointOf, fingerprintInputOf } from './http-request-readin
 import { parseIdempotencyKey } from '../protocol/key-header.js';
 import { PASS_THROUGH_METHODS } from './http.constants.js';
 import { trackNestReplies } from './nest-replies.js';
-import { OnceLog } from './once-log.js';
+import { OnceLog } from '../protocol/once-log.js';
 import { answeredElsewhere } from './response-capture.js';
 import { type RoutePlan, RoutePlans } from './route-plans.js';
 

@@ -17,6 +17,7 @@ const PROBLEM_TITLES: Readonly<Record<IdempotencyErrorCode, string>> = {
   request_in_progress: 'A request is outstanding for this Idempotency-Key',
   idempotency_store_unavailable: 'Idempotency store is unavailable',
   idempotency_shutting_down: 'Server is shutting down',
+  idempotency_record_unreadable: 'Stored outcome cannot be read',
 };
 
 /**

@@ -2,6 +2,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import type { Logger } from '@nestjs/common';
 import {
   type IdempotencyError,
+  IdempotencyMisconfiguredError,
   IdempotencyStoreUnavailableError,
   type KeyTerms,
   RequestInProgressError,
@@ -15,6 +16,13 @@ import type {
   StoreTransaction,
 } from './idempotency-store.interface.js';
 import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
+import type { OutcomeSealing } from './outcome-sealing.js';
+
+/** A final outcome to store: as this process keeps it (redacted), and as the store holds it (sealed). */
+interface OutcomeToStore {
+  kept: StoredResponse;
+  sealed: StoredResponse;
+}
 
 /** How an attempt's work ended. */
 export interface AttemptOutcome {
@@ -46,7 +54,9 @@ export class ClaimEnding {
   constructor(
     private readonly store: IdempotencyStore,
     private readonly logger: Logger,
-    /** Told of each outcome stored (the replay cache keeps it). */
+    /** What of an outcome the store holds (encrypted with the module's key ring, if any). */
+    private readonly sealing: OutcomeSealing,
+    /** Told of each outcome stored, as it was before sealing (the replay cache keeps it). */
     private readonly stored: (run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) => void,
   ) {}
 
@@ -74,7 +84,20 @@ export class ClaimEnding {
     termsOf: () => KeyTerms,
   ): Promise<IdempotencyError | undefined> {
     const { response, failed } = outcome;
-    const toStore = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
+    const final = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
+    let toStore: OutcomeToStore | undefined;
+    try {
+      toStore = final && this.prepared(run, final, policy);
+    } catch (error) {
+      // Storing the unredacted outcome would keep what the hook exists to keep out: nothing is stored, as if the
+      // handler had failed (a transactional route's writes roll back), and a retry runs it again.
+      this.logger.error(
+        `The redact hook threw on the outcome of ${describeScope(run.scope)}, so it was not stored and its claim is ` +
+          `released (a retry runs the handler again); the client gets 500. Make the hook total: ${error}`,
+      );
+      await this.end(run, { response: undefined, failed: true }, policy, termsOf);
+      return new IdempotencyMisconfiguredError(`the redact hook threw: ${error}`);
+    }
     const { transaction } = run;
     if (transaction && this.cutTransactions.has(transaction)) {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
@@ -101,25 +124,34 @@ export class ClaimEnding {
         return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
       }
     }
-    const finalized = await this.finalize(run.claim, toStore, policy);
-    if (finalized === 'held' && toStore) this.stored(run, toStore, policy);
+    const finalized = await this.finalize(run.claim, toStore?.sealed, policy);
+    if (finalized === 'held' && toStore) this.stored(run, toStore.kept, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
     return finalized === 'taken-over' && toStore && !failed
       ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
       : undefined;
   }
 
+  /** The outcome to store: redacted by the route's hook, then sealed. */
+  private prepared(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): OutcomeToStore {
+    const kept = policy.redact ? policy.redact(response, run.scope) : response;
+    if (typeof kept?.status !== 'number' || typeof kept.headers !== 'object' || !Buffer.isBuffer(kept.body)) {
+      throw new TypeError('it returned no { status, headers, body } outcome with a Buffer body');
+    }
+    return { kept, sealed: this.sealing.seal(run.scope, kept) };
+  }
+
   /** Stores the handler's writes and its outcome in one commit. */
   private async commitWithOutcome(
     run: IdempotencyRun,
-    response: StoredResponse,
+    outcome: OutcomeToStore,
     policy: IdempotencyPolicy,
     termsOf: () => KeyTerms,
   ): Promise<IdempotencyError | undefined> {
     const transaction = run.transaction as NonNullable<IdempotencyRun['transaction']>;
     try {
       const held = await withTimeout(
-        this.store.complete(run.claim, response, policy.ttlSeconds, transaction),
+        this.store.complete(run.claim, outcome.sealed, policy.ttlSeconds, transaction),
         policy,
         'storing the outcome',
       );
@@ -131,7 +163,7 @@ export class ClaimEnding {
         return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
       }
       await this.endTransaction(transaction, 'commit', policy);
-      this.stored(run, response, policy);
+      this.stored(run, outcome.kept, policy);
       return undefined;
     } catch (error) {
       await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);

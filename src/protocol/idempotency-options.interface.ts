@@ -1,4 +1,5 @@
 import type { ExecutionContext } from '@nestjs/common';
+import type { IdempotencyScope, StoredResponse } from './idempotency-store.interface.js';
 
 /** Returns the account (tenant) a request belongs to; keys are scoped by it. */
 export type AccountResolver = (context: ExecutionContext) => string | Promise<string>;
@@ -40,6 +41,33 @@ export interface ProtocolIdempotentOptions {
    * 425 and 429.
    */
   isFinalStatus?: (status: number) => boolean;
+  /**
+   * Decides what of a final outcome is stored, and so what every replay returns: it gets the outcome about to be
+   * stored (on HTTP, already without the headers that are never stored) and returns what to store instead (a body
+   * without a card number, say). The first client gets the full response; its retries get what is stored, so never
+   * drop what a client needs to act (a created resource's id). A hook that throws stores nothing: the claim is
+   * released (a transactional route's writes rolled back) and the client answered 500 `idempotency_misconfigured`.
+   * Default: none (the outcome is stored as it was sent).
+   */
+  redact?: OutcomeRedaction;
+}
+
+/** What of an outcome is stored (see `redact`); synchronous, and it must not throw. */
+export type OutcomeRedaction = (outcome: StoredResponse, scope: IdempotencyScope) => StoredResponse;
+
+/** Encryption at rest of stored outcomes' headers and bodies (AES-256-GCM), see docs/encryption.md. */
+export interface OutcomeEncryptionOptions {
+  /**
+   * The key ring, newest first: the first key seals new records, every key opens the records it sealed. A key is
+   * 32 bytes, as a `Buffer` or its base64; an id is 1..255 bytes of UTF-8, and names its key in each record. Not empty.
+   */
+  keys: Array<{ id: string; key: Buffer | string }>;
+  /**
+   * Replay records stored in plaintext (before encryption was turned on) rather than refuse them, for one TTL of
+   * switch-over; a plaintext record is refused otherwise (`idempotency_record_unreadable`), since one written
+   * into the table by hand would be replayed as is. Default: `false`.
+   */
+  acceptPlaintext?: boolean;
 }
 
 /** The protocol's options of `IdempotencyModule.forRoot()`. */
@@ -81,4 +109,10 @@ export interface ProtocolModuleOptions extends ProtocolIdempotentOptions {
   purgeIntervalSeconds?: number | false;
   /** Records deleted per purge statement. Default: 1000. */
   purgeBatchSize?: number;
+  /**
+   * Encrypts the headers and body of each stored outcome with the newest key of a ring (AES-256-GCM, bound to the
+   * record's scope); a record that cannot be decrypted is never replayed nor run again (500
+   * `idempotency_record_unreadable`). Default: none (outcomes are stored in plaintext).
+   */
+  encryption?: OutcomeEncryptionOptions;
 }

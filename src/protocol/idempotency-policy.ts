@@ -1,5 +1,6 @@
 import type {
   AccountResolver,
+  OutcomeRedaction,
   ProtocolModuleOptions,
   ProtocolIdempotentOptions,
 } from './idempotency-options.interface.js';
@@ -52,6 +53,7 @@ export interface IdempotencyPolicy {
   storeTimeoutSeconds: number;
   accountResolver: AccountResolver | undefined;
   isFinalStatus: (status: number) => boolean;
+  redact: OutcomeRedaction | undefined;
 }
 
 /** The purge settings, checked: a batch is a positive whole number of records, the interval positive or off. */
@@ -111,6 +113,7 @@ export function resolvePolicy(
     accountResolver:
       options.accountResolver === undefined ? undefined : callable('accountResolver', options.accountResolver),
     isFinalStatus: callable('isFinalStatus', options.isFinalStatus ?? isFinalStatusByDefault),
+    redact: options.redact === undefined ? undefined : callable('redact', options.redact),
   };
 }
 

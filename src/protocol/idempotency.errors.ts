@@ -9,7 +9,8 @@ export type IdempotencyErrorCode =
   | 'idempotency_key_reuse'
   | 'request_in_progress'
   | 'idempotency_store_unavailable'
-  | 'idempotency_shutting_down';
+  | 'idempotency_shutting_down'
+  | 'idempotency_record_unreadable';
 
 /**
  * A refusal of the module: a stable `code`, a human message, and, when retrying later may succeed, how long to wait.
@@ -143,6 +144,22 @@ export class IdempotencyShuttingDownError extends IdempotencyError {
         ? 'This server shut down before this request finished, and released its key. Retry with the same key.'
         : 'This server is shutting down and takes no new idempotent requests. Retry with the same key.',
       retryAfterSeconds,
+    );
+  }
+}
+
+/**
+ * The key's stored outcome cannot be read (it cannot be decrypted, see `encryption`): it is not replayed, and the work
+ * is not run again either, which could do it twice. Not the client's fault, and retrying will not help until an
+ * operator acts (the reason is in the server's log and the `recordUnreadable` event, never in the answer).
+ */
+export class IdempotencyRecordUnreadableError extends IdempotencyError {
+  constructor() {
+    super(
+      'idempotency_record_unreadable',
+      'The stored outcome of this idempotency key cannot be read by this server, so it is neither replayed nor run ' +
+        'again. Retrying will not help until the server is fixed; do not retry with a new key unless running the ' +
+        'operation twice is acceptable.',
     );
   }
 }

@@ -4,6 +4,7 @@ import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
   IdempotencyOperationInvalidError,
+  IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
@@ -41,6 +42,10 @@ import { type AttemptOutcome, ClaimEnding } from './claim-ending.js';
 import { describeScope, withTimeout } from './store-bounds.js';
 import { type ClaimedRequest, type RunningAttempt, RunningAttempts } from './running-attempts.js';
 import { keyFault, scopeTextFault } from './scope-values.js';
+import { OutcomeSealing } from './outcome-sealing.js';
+import { EnvelopeUnreadableError } from './outcome-envelope.js';
+import { publishIdempotencyEvent } from './idempotency-events.js';
+import { OnceLog } from './once-log.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision =
@@ -89,6 +94,10 @@ export class IdempotencyService {
   private readonly attempts: RunningAttempts;
   /** Where every claim ends: stored, released, or its transaction cut. */
   private readonly claims: ClaimEnding;
+  /** What of an outcome the store holds: sealed on the way in, opened (or refused) on the way out. */
+  private readonly sealing: OutcomeSealing;
+  /** Unreadable records are logged once per scope, however often their keys are retried. */
+  private readonly unreadableLog = new OnceLog(this.logger);
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
@@ -99,7 +108,8 @@ export class IdempotencyService {
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options).batchSize);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.attempts = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
-    this.claims = new ClaimEnding(store, this.logger, (run, response, policy) =>
+    this.sealing = OutcomeSealing.from(options.encryption);
+    this.claims = new ClaimEnding(store, this.logger, this.sealing, (run, response, policy) =>
       this.rememberOutcome(run, response, policy),
     );
     this.leases = new LeaseRenewals(
@@ -180,17 +190,45 @@ export class IdempotencyService {
       }
       if (holder) void this.claims.discard(holder, policy); // the answer does not wait for its rollback
       const { existing } = result;
-      if (existing.status === 'completed') this.replays.remember(scope, existing, existing.expiresInSeconds, since);
+      const response = existing.status === 'completed' ? this.readable(scope, existing.response) : undefined;
+      if (existing.status === 'completed' && response) {
+        this.replays.remember(scope, { fingerprint: existing.fingerprint, response }, existing.expiresInSeconds, since);
+      }
       if (existing.fingerprint !== fingerprint) {
         wait.stop();
-        throw new IdempotencyKeyReuseError(terms);
+        throw new IdempotencyKeyReuseError(terms); // whether or not its outcome can be read
       }
       if (existing.status === 'completed') {
         wait.stop();
-        return { action: 'replay', response: existing.response };
+        if (!response) throw new IdempotencyRecordUnreadableError();
+        return { action: 'replay', response };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
       await wait.untilChanged(); // then claim again: the outcome is replayed, or a released key is claimed
+    }
+  }
+
+  /**
+   * A completed record's outcome as it was stored, or `undefined` when it cannot be read (it does not decrypt),
+   * reported: such a record is refused, never replayed, and its work never run again under the key (that could do it
+   * twice).
+   */
+  private readable(scope: IdempotencyScope, stored: StoredResponse): StoredResponse | undefined {
+    try {
+      return this.sealing.open(scope, stored);
+    } catch (error) {
+      if (!(error instanceof EnvelopeUnreadableError)) throw error;
+      const { reason } = error;
+      publishIdempotencyEvent('recordUnreadable', () => ({ scope, reason }));
+      // The telemetry's count of `record_unreadable` outcomes goes here.
+      this.unreadableLog.error(
+        describeScope(scope),
+        `The stored outcome of ${describeScope(scope)} cannot be read: ${reason}. It is refused with 500 ` +
+          'idempotency_record_unreadable, never replayed nor run again: put the key that sealed it back in ' +
+          'encryption.keys (or set encryption.acceptPlaintext during a switch-over), or delete the record once its ' +
+          'outcome is known to the client another way.',
+      );
+      return undefined;
     }
   }
 

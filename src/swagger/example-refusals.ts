@@ -6,6 +6,7 @@ import {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
+  IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   RequestInProgressError,
@@ -27,5 +28,6 @@ export function exampleRefusals(headerName: string, required: boolean): Idempote
     new IdempotencyAccountUnresolvedError(),
     new IdempotencyStoreUnavailableError(2),
     new IdempotencyShuttingDownError(2),
+    new IdempotencyRecordUnreadableError(),
   ];
 }

@@ -1,0 +1,93 @@
+import { describedValue } from './described-value.js';
+import type { OutcomeEncryptionOptions } from './idempotency-options.interface.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
+import type { IdempotencyScope, StoredResponse } from './idempotency-store.interface.js';
+import { boolean } from './option-checks.js';
+import { EnvelopeUnreadableError, KEY_BYTES, type OutcomeKey, openEnvelope, sealEnvelope } from './outcome-envelope.js';
+
+/**
+ * The header a sealed record's headers hold instead of the response's: its name cannot be an HTTP/1.1 field name
+ * (a colon is no token character), so no response stored in plaintext has it.
+ */
+export const ENVELOPE_HEADER = ':nest-idempotency-envelope';
+const ENVELOPE_HEADER_VALUE = 'aes-256-gcm';
+
+/**
+ * What of an outcome the store holds: with encryption, its status in clear and its headers and body sealed in one
+ * envelope (as the record's body); without, the outcome as it is. Opening refuses what it cannot read, with a reason:
+ * an envelope that does not open, a sealed record without a key ring, a plaintext one while plaintext is refused.
+ */
+export class OutcomeSealing {
+  private constructor(
+    private readonly newest: OutcomeKey | undefined,
+    private readonly keys: ReadonlyMap<string, Buffer>,
+    private readonly acceptPlaintext: boolean,
+  ) {}
+
+  /** From the module's `encryption` option, checked: refused at start-up with the fix named. */
+  static from(encryption: OutcomeEncryptionOptions | undefined): OutcomeSealing {
+    if (encryption === undefined) return new OutcomeSealing(undefined, new Map(), true);
+    const ring = checkedRing(encryption.keys);
+    const acceptPlaintext = boolean('encryption.acceptPlaintext', encryption.acceptPlaintext ?? false);
+    return new OutcomeSealing(ring[0], new Map(ring.map(({ id, key }) => [id, key])), acceptPlaintext);
+  }
+
+  seal(scope: IdempotencyScope, response: StoredResponse): StoredResponse {
+    if (!this.newest) return response;
+    const headers = Buffer.from(JSON.stringify(response.headers), 'utf8');
+    const length = Buffer.alloc(4);
+    length.writeUInt32BE(headers.length);
+    const envelope = sealEnvelope(Buffer.concat([length, headers, response.body]), this.newest, scope);
+    return { status: response.status, headers: { [ENVELOPE_HEADER]: ENVELOPE_HEADER_VALUE }, body: envelope };
+  }
+
+  /** The outcome as it was stored for `scope`; throws `EnvelopeUnreadableError` saying why it cannot be read. */
+  open(scope: IdempotencyScope, stored: StoredResponse): StoredResponse {
+    if (stored.headers[ENVELOPE_HEADER] === undefined) {
+      if (this.acceptPlaintext) return stored;
+      throw new EnvelopeUnreadableError(
+        'it is stored in plaintext, and encryption.acceptPlaintext is off (it was stored before encryption was on, or written by hand)',
+      );
+    }
+    if (!this.newest) {
+      throw new EnvelopeUnreadableError('it is encrypted, and the module was given no encryption key ring');
+    }
+    const plaintext = openEnvelope(stored.body, this.keys, scope);
+    const headersEnd = 4 + (plaintext.length >= 4 ? plaintext.readUInt32BE(0) : Infinity);
+    if (headersEnd > plaintext.length) throw new EnvelopeUnreadableError('its decrypted content is malformed');
+    const headers = JSON.parse(plaintext.subarray(4, headersEnd).toString('utf8')) as StoredResponse['headers'];
+    return { status: stored.status, headers, body: plaintext.subarray(headersEnd) };
+  }
+}
+
+function checkedRing(keys: OutcomeEncryptionOptions['keys']): OutcomeKey[] {
+  if (!Array.isArray(keys) || keys.length === 0) {
+    throw new IdempotencySetupError(
+      `Idempotency option encryption.keys must be a non-empty array of { id, key } (the newest first), got ${describedValue(keys)}: ` +
+        'give at least one 32-byte key, e.g. { id: "2026-12", key: randomBytes(32).toString("base64") }, or drop `encryption`.',
+    );
+  }
+  const seen = new Set<string>();
+  return keys.map(({ id, key }, index) => {
+    const where = `encryption.keys[${index}]`;
+    if (typeof id !== 'string' || id.length === 0 || Buffer.byteLength(id, 'utf8') > 255) {
+      throw new IdempotencySetupError(
+        `Idempotency option ${where}.id must be a string of 1 to 255 bytes, got ${describedValue(id)}: name each key once, e.g. "2026-12".`,
+      );
+    }
+    if (seen.has(id)) {
+      throw new IdempotencySetupError(
+        `Idempotency option encryption.keys holds the id ${JSON.stringify(id)} twice: give each key an id of its own.`,
+      );
+    }
+    seen.add(id);
+    const bytes = typeof key === 'string' ? Buffer.from(key, 'base64') : key;
+    if (!Buffer.isBuffer(bytes) || bytes.length !== KEY_BYTES) {
+      throw new IdempotencySetupError(
+        `Idempotency option ${where}.key (id ${JSON.stringify(id)}) must be ${KEY_BYTES} bytes (a Buffer, or its base64), ` +
+          `got ${Buffer.isBuffer(bytes) ? `${bytes.length} bytes` : describedValue(key)}: make one with randomBytes(32).`,
+      );
+    }
+    return { id, key: Buffer.from(bytes) };
+  });
+}
