@@ -223,7 +223,12 @@ it('counts and publishes a finalize retried, then given up', async () => {
   await expect(outcomes('finalize', 'finalize.retried')).resolves.toBe(1);
   await expect(outcomes('finalize', 'finalize.gave_up')).resolves.toBe(1);
   expect(recorded.events.finalizeGaveUp).toEqual([
-    { scope: expect.objectContaining({ key }), attempt: expect.any(String), finalize: 'store', error: expect.anything() },
+    {
+      scope: expect.objectContaining({ key }),
+      attempt: expect.any(String),
+      finalize: 'store',
+      error: expect.anything(),
+    },
   ]);
   expect(recorded.events.storeUnavailable.at(-1)).toMatchObject({ operation: 'complete', scope: { key } });
 });
@@ -236,9 +241,9 @@ it("counts IdempotencyService.execute() as the operation transport, its spans ch
     job.end();
   });
   const operation = { 'idempotency.transport': 'operation', 'idempotency.endpoint': 'operation payout' };
-  await expect(
-    telemetry.count('idempotency.outcomes', { ...operation, 'idempotency.outcome': 'new' }),
-  ).resolves.toBe(1);
+  await expect(telemetry.count('idempotency.outcomes', { ...operation, 'idempotency.outcome': 'new' })).resolves.toBe(
+    1,
+  );
   const spans = telemetry.finishedSpans();
   const job = spans.find((span) => span.name === 'payout job')!;
   const children = spans.filter((span) => span.parentSpanContext?.spanId === job.spanContext().spanId);

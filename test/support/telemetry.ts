@@ -26,7 +26,9 @@ export class InMemoryTelemetry {
   constructor() {
     context.setGlobalContextManager(this.contextManager);
     metrics.setGlobalMeterProvider(new MeterProvider({ readers: [this.reader] }));
-    trace.setGlobalTracerProvider(new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter: this.spans })] }));
+    trace.setGlobalTracerProvider(
+      new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter: this.spans })] }),
+    );
   }
 
   /** The data points of metric `name` now (cumulative), each with its attributes. */
@@ -48,7 +50,9 @@ export class InMemoryTelemetry {
   /** Every metric's data points (for checks over all attributes). */
   async allPoints(): Promise<Points> {
     const { resourceMetrics } = await this.reader.collect();
-    return resourceMetrics.scopeMetrics.flatMap((scope) => scope.metrics.flatMap((metric) => metric.dataPoints as Points));
+    return resourceMetrics.scopeMetrics.flatMap((scope) =>
+      scope.metrics.flatMap((metric) => metric.dataPoints as Points),
+    );
   }
 
   finishedSpans(): ReadableSpan[] {
@@ -77,7 +81,8 @@ export class RecordedEvents {
   };
   private readonly listeners = Object.keys(this.events).map((event) => {
     const name = IDEMPOTENCY_CHANNELS[event as keyof IdempotencyEventPayloads];
-    const listener = (payload: unknown) => (this.events[event as keyof IdempotencyEventPayloads] as unknown[]).push(payload);
+    const listener = (payload: unknown) =>
+      (this.events[event as keyof IdempotencyEventPayloads] as unknown[]).push(payload);
     subscribe(name, listener);
     return { name, listener };
   });
