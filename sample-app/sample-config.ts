@@ -27,6 +27,8 @@ export interface SampleConfig {
    * (`PAYOUT_STREAM`, `PAYOUT_DURABLE`), and the consumer's ack wait (`PAYOUT_ACK_WAIT_SECONDS`); none without a URL.
    */
   jetstream?: { url: string; stream: string; durable: string; ackWaitSeconds: number };
+  /** Where Prometheus scrapes the app's OpenTelemetry metrics (`METRICS_PORT`, path `/metrics`); none when unset. */
+  metricsPort?: number;
   /** Test-only: where a payout message's consumer stops until it is killed (`SAMPLE_PAUSE_AT`, `test-pause.ts`). */
   pauseAt?: PausePoint;
 }
@@ -59,6 +61,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
           ackWaitSeconds: integer(env, 'PAYOUT_ACK_WAIT_SECONDS', 30, 1),
         }
       : undefined,
+    metricsPort: env.METRICS_PORT ? integer(env, 'METRICS_PORT', 9464, 1) : undefined,
     pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
 }

@@ -24,6 +24,12 @@ export const IDEMPOTENCY_INSTRUMENTATION_NAME = 'nest-idempotency';
 /** Which kind of call an attempt served: `operation` is `IdempotencyService.execute()`. */
 export type IdempotencyTransportName = 'http' | 'rabbitmq' | 'jetstream' | 'graphql' | 'operation';
 
+/**
+ * Bucket boundaries of the durations, in seconds: OpenTelemetry's HTTP semantic conventions' (the SDK's default ones
+ * are for milliseconds, and would put every store call in the first bucket).
+ */
+const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+
 /** The values of `idempotency.outcome` on the `idempotency.outcomes` counter (see docs/observability.md). */
 export type IdempotencyOutcome =
   | 'new'
@@ -76,10 +82,12 @@ export class IdempotencyTelemetry {
     this.storeDuration = meter.createHistogram('idempotency.store.operation.duration', {
       unit: 's',
       description: 'Duration of the idempotency store operations.',
+      advice: { explicitBucketBoundaries: SECONDS_BUCKETS },
     });
     this.handlerDuration = meter.createHistogram('idempotency.handler.duration', {
       unit: 's',
       description: 'Duration of idempotent handlers run under their claim, from the claim to the finalize.',
+      advice: { explicitBucketBoundaries: SECONDS_BUCKETS },
     });
   }
 
