@@ -102,7 +102,7 @@ export class IdempotencyTelemetry {
   }
 
   count(outcome: IdempotencyOutcome, attributes: Attributes): void {
-    this.outcomes.add(1, { ...attributes, 'idempotency.outcome': outcome });
+    this.outcomes.add(1, withOutcome(attributes, outcome));
   }
 
   /** Times a store operation, with its `error.type` when it failed. */
@@ -163,7 +163,19 @@ export function countIdempotencyOutcome(
   scope: IdempotencyScope,
   transport: IdempotencyTransportName = 'operation',
 ): void {
-  outcomesCounter().add(1, { ...scopeAttributes(scope, transport), 'idempotency.outcome': outcome });
+  outcomesCounter().add(1, withOutcome(scopeAttributes(scope, transport), outcome));
+}
+
+/**
+ * A scope's attributes and an outcome, written out: V8 copies an object spread with these dotted names on a slow
+ * path (microseconds a count, measured), which would cost every request even with no SDK.
+ */
+function withOutcome(attributes: Attributes, outcome: IdempotencyOutcome): Attributes {
+  return {
+    'idempotency.transport': attributes['idempotency.transport'],
+    'idempotency.endpoint': attributes['idempotency.endpoint'],
+    'idempotency.outcome': outcome,
+  };
 }
 
 function outcomesCounter(): Counter {
