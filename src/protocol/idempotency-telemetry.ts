@@ -156,14 +156,27 @@ export class IdempotencyTelemetry {
 
 /**
  * Counts one outcome of `scope` on `idempotency.outcomes`, for a piece outside `IdempotencyService` (a store that
- * finds a record unreadable counts `record_unreadable`). The counter is looked up at each call: rare outcomes only.
+ * finds a record unreadable counts `record_unreadable`). Without `transport` (a store does not know it), the count
+ * has no `idempotency.transport`. The counter is looked up at each call: rare outcomes only.
  */
 export function countIdempotencyOutcome(
   outcome: IdempotencyOutcome,
   scope: IdempotencyScope,
-  transport: IdempotencyTransportName = 'operation',
+  transport?: IdempotencyTransportName,
 ): void {
-  outcomesCounter().add(1, withOutcome(scopeAttributes(scope, transport), outcome));
+  outcomesCounter().add(
+    1,
+    transport === undefined
+      ? { 'idempotency.endpoint': scope.endpoint, 'idempotency.outcome': outcome }
+      : withOutcome(scopeAttributes(scope, transport), outcome),
+  );
+}
+
+function outcomesCounter(): Counter {
+  return metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME).createCounter('idempotency.outcomes', {
+    unit: '{outcome}',
+    description: 'Outcomes of idempotent calls and of their claims, by idempotency.outcome.',
+  });
 }
 
 /**
