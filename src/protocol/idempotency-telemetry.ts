@@ -191,13 +191,6 @@ function withOutcome(attributes: Attributes, outcome: IdempotencyOutcome): Attri
   };
 }
 
-function outcomesCounter(): Counter {
-  return metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME).createCounter('idempotency.outcomes', {
-    unit: '{outcome}',
-    description: 'Outcomes of idempotent calls and of their claims, by idempotency.outcome.',
-  });
-}
-
 /** The attributes of a scope: its transport and endpoint, never its key nor its account. */
 export function scopeAttributes(scope: IdempotencyScope, transport: IdempotencyTransportName): Attributes {
   return { 'idempotency.transport': transport, 'idempotency.endpoint': scope.endpoint };
