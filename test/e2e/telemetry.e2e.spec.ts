@@ -2,7 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Body, Controller, Post, Req } from '@nestjs/common';
 import { type Attributes, trace } from '@opentelemetry/api';
 import request from 'supertest';
-import { Idempotent, IdempotencyService } from '../../src/index.js';
+import { countIdempotencyOutcome, Idempotent, IdempotencyService } from '../../src/index.js';
 import { GateQueue } from '../support/gate.js';
 import type { PlatformRequest as Request } from '../support/platforms.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
@@ -253,6 +253,16 @@ it("counts IdempotencyService.execute() as the operation transport, its spans ch
     'idempotency run',
   ]);
   for (const child of children) expect(child.attributes).toMatchObject(operation);
+});
+
+it('counts an outcome of a piece outside the service (record_unreadable), without a transport it does not know', async () => {
+  countIdempotencyOutcome('record_unreadable', { account: 'acct-secret', endpoint: 'POST /m/charge', key: newKey() });
+  const points = (await telemetry.points('idempotency.outcomes')).filter(
+    (point) => point.attributes['idempotency.outcome'] === 'record_unreadable',
+  );
+  expect(points.map((point) => [point.attributes, point.value])).toEqual([
+    [{ 'idempotency.endpoint': 'POST /m/charge', 'idempotency.outcome': 'record_unreadable' }, 1],
+  ]);
 });
 
 it('never puts a key or an account in an attribute', async () => {
