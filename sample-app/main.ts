@@ -3,6 +3,7 @@ import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
 import { createSampleApp } from './create-sample-app.js';
 import { startEmbeddedDatabase } from './embedded-database.js';
+import { serveMetrics } from './metrics-exporter.js';
 import { sampleConfigFromEnv } from './sample-config.js';
 
 /** `npm start`: the charges app on PORT, on DATABASE_URL or else on an embedded PostgreSQL. */
@@ -15,6 +16,8 @@ async function main(): Promise<void> {
         true,
       );
   const config = sampleConfigFromEnv(process.env, process.env.DATABASE_URL ?? (embedded?.url as string));
+  // The OpenTelemetry SDK is registered before the app is created, as OpenTelemetry asks.
+  const metrics = config.metricsPort === undefined ? undefined : await serveMetrics(config.metricsPort);
   const app = await createSampleApp(config);
   // Graceful shutdown: `app.close()` first lets running charges finish and store their outcomes (the module's
   // shutdownTimeoutSeconds), then destroys the providers (the payment provider ends its pool), stops the server and
@@ -25,6 +28,7 @@ async function main(): Promise<void> {
       console.log(`${signal}: shutting down`);
       app
         .close()
+        .then(() => metrics?.shutdown())
         .then(() => embedded?.stop())
         .then(
           () => process.exit(0),
@@ -42,6 +46,7 @@ async function main(): Promise<void> {
   const consuming = [
     ...(config.rabbitmq ? [`; payout requests from RabbitMQ queue ${config.rabbitmq.queue}`] : []),
     ...(config.jetstream ? [`; payout requests from JetStream stream ${config.jetstream.stream}`] : []),
+    ...(config.metricsPort === undefined ? [] : [`; metrics on port ${config.metricsPort} at /metrics`]),
   ].join('');
   console.log(
     `Charges sample app listening on port ${port} (${config.platform}; database: ${embedded?.description ?? 'DATABASE_URL'}${consuming})`,

@@ -36,6 +36,8 @@ export interface SampleConfig {
    * `X-Operator-Token`; unset, the view and its routes are off. Never an API key: charge clients never get it.
    */
   operatorToken?: string;
+  /** Where Prometheus scrapes the app's OpenTelemetry metrics (`METRICS_PORT`, path `/metrics`); none when unset. */
+  metricsPort?: number;
   /** Test-only: where a payout message's consumer stops until it is killed (`SAMPLE_PAUSE_AT`, `test-pause.ts`). */
   pauseAt?: PausePoint;
 }
@@ -70,6 +72,7 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
         }
       : undefined,
     operatorToken: env.OPERATOR_TOKEN || undefined,
+    metricsPort: env.METRICS_PORT ? integer(env, 'METRICS_PORT', 9464, 1) : undefined,
     pauseAt: env.SAMPLE_PAUSE_AT ? choice(env, 'SAMPLE_PAUSE_AT', PAUSE_POINTS, PAUSE_POINTS[0]) : undefined,
   };
 }

@@ -67,3 +67,22 @@ export {
   InMemoryIdempotencyStore,
   type InMemoryIdempotencyStoreOptions,
 } from './memory/in-memory-idempotency.store.js';
+
+// Observability: the events an application may subscribe to on `node:diagnostics_channel`, and the names of the
+// module's OpenTelemetry metrics and spans (see docs/observability.md).
+export {
+  IDEMPOTENCY_CHANNELS,
+  type FinalizeGaveUpEvent,
+  type IdempotencyEventPayloads,
+  type LockLostEvent,
+  type RecordUnreadableEvent,
+  type StoreUnavailableEvent,
+  type TakeoverEvent,
+} from './protocol/idempotency-events.js';
+export {
+  IDEMPOTENCY_INSTRUMENTATION_NAME,
+  type IdempotencyOutcome,
+  type IdempotencySpanName,
+  type IdempotencyTransportName,
+  type StoreOperationName,
+} from './protocol/idempotency-telemetry.js';

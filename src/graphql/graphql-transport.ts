@@ -49,6 +49,7 @@ interface HttpHeaderOption {
  */
 @Injectable()
 export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
+  readonly name = 'graphql';
   private readonly logger = new Logger('Idempotency');
   private readonly plans: HandlerPlans<IdempotencyPolicy>;
   private readonly keyArgument: string | undefined;

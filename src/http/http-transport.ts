@@ -54,6 +54,7 @@ interface HttpCall extends IdempotentCall {
  */
 @Injectable()
 export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicationBootstrap {
+  readonly name = 'http';
   private readonly logger = new Logger('Idempotency');
   private readonly plans: RoutePlans;
   /** What has been logged already of what is logged once (per endpoint, or per set-up problem). */

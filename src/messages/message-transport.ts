@@ -8,6 +8,7 @@ import { resolveAccount } from '../protocol/account-resolution.js';
 import { jsonFingerprint } from '../protocol/json-fingerprint.js';
 import { runUnguarded, runWithin } from '../protocol/current-run.js';
 import { HandlerPlans } from '../protocol/handler-plans.js';
+import type { IdempotencyTransportName } from '../protocol/idempotency-telemetry.js';
 import {
   type IdempotencyError,
   IdempotencyAccountUnresolvedError,
@@ -68,8 +69,8 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   private readonly warnedWithoutKey = new Set<string>();
 
   protected constructor(
-    /** How scopes and logs name the broker, e.g. `rabbitmq`. */
-    private readonly broker: string,
+    /** How scopes, logs and metrics name the broker, e.g. `rabbitmq`. */
+    readonly name: Extract<IdempotencyTransportName, 'rabbitmq' | 'jetstream'>,
     private readonly contextClass: Type<Context>,
     reflector: Reflector,
     private readonly idempotency: IdempotencyService,
@@ -128,7 +129,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return {
       plan,
       policy,
-      scope: { account, endpoint: `${this.broker} ${pattern} ${plan.consumer}`, key },
+      scope: { account, endpoint: `${this.name} ${pattern} ${plan.consumer}`, key },
       fingerprint: jsonFingerprint(payload),
       terms: { key: keyName, usedWith: 'payload' } satisfies KeyTerms,
       delivery,
@@ -196,7 +197,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   refusal(error: IdempotencyError, call: MessageCall | undefined, context: ExecutionContext): unknown {
     const delivery = call?.delivery ?? this.deliveryFor(context);
     const request = (call?.plan ?? this.plans.planFor(context))?.request ?? false;
-    const where = call?.scope.endpoint ?? `${this.broker} ${this.patternOf(context.switchToRpc().getContext())}`;
+    const where = call?.scope.endpoint ?? `${this.name} ${this.patternOf(context.switchToRpc().getContext())}`;
     if (error.retryAfterSeconds !== undefined) {
       delivery.retryLater(
         error.code === 'idempotency_shutting_down' ? 0 : redeliveryDelayMs(error.retryAfterSeconds, delivery),
@@ -284,7 +285,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     if (this.warnedWithoutKey.has(pattern)) return;
     this.warnedWithoutKey.add(pattern);
     this.logger.warn(
-      `Messages to ${this.broker} ${pattern} without a key (${keyName}) run unguarded (withoutKey: 'run'): a ` +
+      `Messages to ${this.name} ${pattern} without a key (${keyName}) run unguarded (withoutKey: 'run'): a ` +
         'redelivery of one runs its handler again.',
     );
   }

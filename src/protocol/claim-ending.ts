@@ -23,6 +23,8 @@ interface OutcomeToStore {
   kept: StoredResponse;
   sealed: StoredResponse;
 }
+import { publishIdempotencyEvent } from './idempotency-events.js';
+import type { IdempotencyTelemetry } from './idempotency-telemetry.js';
 
 /** How an attempt's work ended. */
 export interface AttemptOutcome {
@@ -56,6 +58,8 @@ export class ClaimEnding {
     private readonly logger: Logger,
     /** What of an outcome the store holds (encrypted with the module's key ring, if any). */
     private readonly sealing: OutcomeSealing,
+    /** Counts what each finalize did: stored, released, retried, gave up. */
+    private readonly telemetry: IdempotencyTelemetry,
     /** Told of each outcome stored, as it was before sealing (the replay cache keeps it). */
     private readonly stored: (run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy) => void,
   ) {}
@@ -156,6 +160,7 @@ export class ClaimEnding {
         'storing the outcome',
       );
       if (!held) {
+        publishIdempotencyEvent('lockLost', () => ({ ...run.claim, during: 'complete' }));
         await this.endTransaction(transaction, 'rollback', policy);
         this.logger.warn(
           `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
@@ -163,9 +168,11 @@ export class ClaimEnding {
         return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
       }
       await this.endTransaction(transaction, 'commit', policy);
+      this.telemetry.count('stored', this.telemetry.attributesOf(run.claim));
       this.stored(run, outcome.kept, policy);
       return undefined;
     } catch (error) {
+      publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'complete', scope: run.scope, error }));
       await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
       this.logger.error(
         `Committing the work and outcome of ${describeScope(run.scope)} failed; the client gets 503, and its retry ` +
@@ -212,6 +219,9 @@ export class ClaimEnding {
       return (await this.finalizeOnce(claim, response, policy)) ? 'held' : 'taken-over';
     } catch (error) {
       this.logger.warn(`Finalizing ${describeScope(claim.scope)} failed (${error}); retrying in the background.`);
+      const operation = response ? 'complete' : 'release';
+      publishIdempotencyEvent('storeUnavailable', () => ({ operation, scope: claim.scope, error }));
+      this.telemetry.count('finalize.retried', this.telemetry.attributesOf(claim));
       void this.retryFinalize(claim, response, policy);
       return 'retrying';
     }
@@ -237,6 +247,9 @@ export class ClaimEnding {
       `Gave up finalizing ${describeScope(claim.scope)} after ${policy.finalizeRetries} retries (${lastError}). The key stays ` +
         `in progress: retries get 409 until its lease lapses, then the first one runs the handler again.`,
     );
+    this.telemetry.count('finalize.gave_up', this.telemetry.attributesOf(claim));
+    const finalize = response ? 'store' : 'release';
+    publishIdempotencyEvent('finalizeGaveUp', () => ({ ...claim, finalize, error: lastError }));
   }
 
   private async finalizeOnce(
@@ -256,7 +269,8 @@ export class ClaimEnding {
           response ? 'stored' : 'released'
         }.`,
       );
-    }
+      publishIdempotencyEvent('lockLost', () => ({ ...claim, during: response ? 'complete' : 'release' }));
+    } else this.telemetry.count(response ? 'stored' : 'released', this.telemetry.attributesOf(claim));
     return held;
   }
 }

@@ -4,6 +4,7 @@ import type { IdempotencyError, KeyTerms } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
 import type { IdempotencyScope, StoredResponse } from './idempotency-store.interface.js';
+import type { IdempotencyTransportName } from './idempotency-telemetry.js';
 
 /** A call a transport has read: what the protocol claims it by. A transport adds what it needs to answer it. */
 export interface IdempotentCall {
@@ -21,6 +22,8 @@ export interface IdempotentCall {
  * its claim, capturing its outcome and ending the claim once; and render a refusal as its clients expect one.
  */
 export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCall> {
+  /** The kind of call it serves, as the module's metrics and spans name it (`idempotency.transport`). */
+  readonly name: IdempotencyTransportName;
   /**
    * Whether `context` is one of its calls. Not the context's type alone: every message consumer's is `'rpc'`,
    * whichever the broker, so a RabbitMQ transport and a NATS one tell theirs apart by their context's class.

@@ -31,7 +31,13 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       call = await transport.read(context);
       if (!call) return transport.letThrough ? transport.letThrough(context, next) : next.handle();
-      const decision = await this.idempotency.begin(call.scope, call.fingerprint, call.policy, call.terms);
+      const decision = await this.idempotency.begin(
+        call.scope,
+        call.fingerprint,
+        call.policy,
+        call.terms,
+        transport.name,
+      );
       return await (decision.action === 'replay'
         ? transport.replay(call, decision.response)
         : transport.run(call, decision.run, next));

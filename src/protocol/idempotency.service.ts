@@ -44,12 +44,25 @@ import { type ClaimedRequest, type RunningAttempt, RunningAttempts } from './run
 import { keyFault, scopeTextFault } from './scope-values.js';
 import { OutcomeSealing } from './outcome-sealing.js';
 import { EnvelopeUnreadableError } from './outcome-envelope.js';
-import { publishIdempotencyEvent } from './idempotency-events.js';
 import { OnceLog } from './once-log.js';
+import {
+  IdempotencyTelemetry,
+  type IdempotencyOutcome,
+  type IdempotencyTransportName,
+  scopeAttributes,
+} from './idempotency-telemetry.js';
+import { timedStore } from './timed-store.js';
+import { publishIdempotencyEvent } from './idempotency-events.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
 export type IdempotencyDecision =
-  { action: 'run'; run: IdempotencyRun } | { action: 'replay'; response: StoredResponse };
+  | { action: 'run'; run: IdempotencyRun }
+  | {
+      action: 'replay';
+      response: StoredResponse;
+      /** Where the outcome was found: this process's replay cache, or the store. */
+      from: 'memory' | 'store';
+    };
 
 /** An operation outside HTTP (a queue message, a cron run, a workflow step) and its key. */
 export interface IdempotentOperation {
@@ -98,18 +111,23 @@ export class IdempotencyService {
   private readonly sealing: OutcomeSealing;
   /** Unreadable records are logged once per scope, however often their keys are retried. */
   private readonly unreadableLog = new OnceLog(this.logger);
+  /** The module's metrics and spans (no-ops without an OpenTelemetry SDK). */
+  private readonly telemetry = new IdempotencyTelemetry();
+  /** The store, each operation timed. */
+  private readonly store: IdempotencyStore;
 
   constructor(
-    @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
+    @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions,
   ) {
+    store = this.store = timedStore(store, this.telemetry);
     this.modulePolicy = resolvePolicy(options);
     checkTenancy(options);
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options).batchSize);
     this.replays = new ReplayCache(resolveReplayCacheLimits(options));
     this.attempts = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
     this.sealing = OutcomeSealing.from(options.encryption);
-    this.claims = new ClaimEnding(store, this.logger, this.sealing, (run, response, policy) =>
+    this.claims = new ClaimEnding(store, this.logger, this.sealing, this.telemetry, (run, response, policy) =>
       this.rememberOutcome(run, response, policy),
     );
     this.leases = new LeaseRenewals(
@@ -154,21 +172,51 @@ export class IdempotencyService {
    * One lookup, four outcomes: a new key is claimed (run the work); a key used with a different request
    * is refused (422); a key still in progress is refused with a retry hint (409), or, with `inFlight: 'wait'`,
    * awaited for a while; a completed key is replayed. The claim is committed before this resolves, so the
-   * work never runs inside the claim's transaction.
+   * work never runs inside the claim's transaction. `transport` is the kind of call, for the module's metrics and
+   * spans (default: `operation`).
    */
   async begin(
     scope: IdempotencyScope,
     fingerprint: string,
     policy: IdempotencyPolicy,
     terms: KeyTerms,
+    transport: IdempotencyTransportName = 'operation',
+  ): Promise<IdempotencyDecision> {
+    const attributes = scopeAttributes(scope, transport);
+    const decision = await this.telemetry.inSpan('idempotency claim', attributes, async (span) => {
+      try {
+        const decided = await this.decide(scope, fingerprint, policy, terms, transport);
+        const outcome = outcomeOf(decided);
+        span.setAttribute('idempotency.outcome', outcome);
+        this.telemetry.count(outcome, attributes);
+        return decided;
+      } catch (error) {
+        const refused = refusalOutcome(error);
+        if (refused) this.telemetry.count(refused, attributes);
+        throw error;
+      }
+    });
+    // Started outside the claim's span: the run is its sibling, under the call's span.
+    if (decision.action === 'run') this.telemetry.runStarted(decision.run, attributes);
+    return decision;
+  }
+
+  private async decide(
+    scope: IdempotencyScope,
+    fingerprint: string,
+    policy: IdempotencyPolicy,
+    terms: KeyTerms,
+    transport: IdempotencyTransportName,
   ): Promise<IdempotencyDecision> {
     // A completed record does not change until it expires: one this process has seen is answered from memory.
     const cached = this.replays.get(scope);
     if (cached) {
       if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError(terms);
-      return { action: 'replay', response: cached.response };
+      return { action: 'replay', response: cached.response, from: 'memory' };
     }
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
+    this.telemetry.claimedFor(claim, transport);
+    let waited = false;
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
       if (this.attempts.drainBegun) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
@@ -185,6 +233,7 @@ export class IdempotencyService {
       });
       if (result.claimed) {
         wait.stop();
+        if (result.takeover) publishIdempotencyEvent('takeover', () => ({ scope, attempt: claim.attempt }));
         const request = { fingerprint, since, terms };
         return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy, holder) };
       }
@@ -201,9 +250,11 @@ export class IdempotencyService {
       if (existing.status === 'completed') {
         wait.stop();
         if (!response) throw new IdempotencyRecordUnreadableError();
-        return { action: 'replay', response };
+        return { action: 'replay', response, from: 'store' };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
+      if (!waited) this.telemetry.count('waited', scopeAttributes(scope, transport)); // once per attempt that waits
+      waited = true;
       await wait.untilChanged(); // then claim again: the outcome is replayed, or a released key is claimed
     }
   }
@@ -220,7 +271,6 @@ export class IdempotencyService {
       if (!(error instanceof EnvelopeUnreadableError)) throw error;
       const { reason } = error;
       publishIdempotencyEvent('recordUnreadable', () => ({ scope, reason }));
-      // The telemetry's count of `record_unreadable` outcomes goes here.
       this.unreadableLog.error(
         describeScope(scope),
         `The stored outcome of ${describeScope(scope)} cannot be read: ${reason}. It is refused with 500 ` +
@@ -267,7 +317,13 @@ export class IdempotencyService {
     try {
       if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds, true);
       if (attempt) attempt.finishing = true; // shutdown waits for its outcome to be written, and never cuts it off
-      return await this.claims.end(run, outcome, policy, () => this.termsOf(run));
+      const attributes = this.telemetry.runEnded(run);
+      return await this.telemetry.inSpan('idempotency finalize', attributes, async () => {
+        const refusal = await this.claims.end(run, outcome, policy, () => this.termsOf(run));
+        const refused = refusalOutcome(refusal);
+        if (refused) this.telemetry.count(refused, attributes);
+        return refusal;
+      });
     } finally {
       this.attempts.ended(run);
     }
@@ -350,6 +406,7 @@ export class IdempotencyService {
     const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing, holder);
     return withTimeout(claiming, policy, 'claim').catch((error: unknown) => {
       this.logger.error(`Claiming ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`);
+      publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'claim', scope: claim.scope, error }));
       // A claim that lands after its request was refused would block the key for a lease: give it back.
       claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
@@ -403,6 +460,7 @@ export class IdempotencyService {
       this.logger.error(
         `Opening the transaction of ${describeScope(scope)} failed; the request is refused with 503: ${error}`,
       );
+      publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'beginTransaction', scope, error }));
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
   }
@@ -427,6 +485,22 @@ function checkOperationPart(
 ): void {
   const fault = typeof value === 'string' ? faultOf(value) : `it is ${describedValue(value)}, not a string`;
   if (fault !== undefined) throw new IdempotencyOperationInvalidError(field, fault);
+}
+
+/** What a decision counts as on `idempotency.outcomes`. */
+function outcomeOf(decision: IdempotencyDecision): IdempotencyOutcome {
+  if (decision.action === 'replay') return decision.from === 'memory' ? 'replay.memory' : 'replay.store';
+  return decision.run.takeover ? 'takeover' : 'new';
+}
+
+/** What a refusal counts as on `idempotency.outcomes`; `undefined` for an error that is not one of the protocol's. */
+function refusalOutcome(error: unknown): IdempotencyOutcome | undefined {
+  if (error instanceof IdempotencyKeyReuseError) return 'key_reuse';
+  if (error instanceof RequestInProgressError) return 'in_progress';
+  if (error instanceof IdempotencyShuttingDownError) return 'shutting_down';
+  if (error instanceof IdempotencyStoreUnavailableError) return 'store_unavailable';
+  if (error instanceof IdempotencyRecordUnreadableError) return 'record_unreadable';
+  return undefined;
 }
 
 function parseResult<T>(response: StoredResponse): JsonResult<T> {

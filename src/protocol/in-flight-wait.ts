@@ -3,6 +3,7 @@ import { IdempotencyStoreUnavailableError } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyScope, IdempotencyStore } from './idempotency-store.interface.js';
 import { describeScope, withTimeout } from './store-bounds.js';
+import { publishIdempotencyEvent } from './idempotency-events.js';
 
 type Listening = ReturnType<IdempotencyStore['waitForChange']>;
 
@@ -52,6 +53,7 @@ export class InFlightWait {
     } catch (error) {
       listening.cancel();
       this.logger.error(`Waiting for ${describeScope(this.scope)} failed; the request is refused with 503: ${error}`);
+      publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'markAwaited', scope: this.scope, error }));
       throw new IdempotencyStoreUnavailableError(this.policy.retryAfterSeconds);
     }
     if (marked) await listening.changed;

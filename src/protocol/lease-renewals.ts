@@ -3,6 +3,7 @@ import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
 import type { IdempotencyStore, StoreTransaction } from './idempotency-store.interface.js';
 import { describeScope, withTimeout } from './store-bounds.js';
+import { publishIdempotencyEvent } from './idempotency-events.js';
 
 /**
  * The leases of running attempts, renewed while their handlers run: a slow but live handler keeps its claim, a hung
@@ -50,6 +51,7 @@ export class LeaseRenewals {
               this.logger.warn(
                 `The claim on ${describeScope(run.scope)} was taken over while its handler ran; its outcome will not be stored.`,
               );
+              publishIdempotencyEvent('lockLost', () => ({ ...run.claim, during: 'renew' }));
             },
             (error: unknown) => this.logger.warn(`Renewing the lease of ${describeScope(run.scope)} failed: ${error}`),
           );

@@ -1,0 +1,184 @@
+import {
+  type Attributes,
+  type Counter,
+  type Histogram,
+  metrics,
+  type Span,
+  SpanStatusCode,
+  trace,
+  type Tracer,
+} from '@opentelemetry/api';
+import type { IdempotencyRun } from './idempotency-run.js';
+import type { IdempotencyClaim, IdempotencyScope } from './idempotency-store.interface.js';
+
+/** A run's span and its start, until its finalize. */
+interface RunTiming {
+  span: Span;
+  started: number;
+  attributes: Attributes;
+}
+
+/** The name of the module's meter and tracer. */
+export const IDEMPOTENCY_INSTRUMENTATION_NAME = 'nest-idempotency';
+
+/** Which kind of call an attempt served: `operation` is `IdempotencyService.execute()`. */
+export type IdempotencyTransportName = 'http' | 'rabbitmq' | 'jetstream' | 'graphql' | 'operation';
+
+/**
+ * Bucket boundaries of the durations, in seconds: OpenTelemetry's HTTP semantic conventions' (the SDK's default ones
+ * are for milliseconds, and would put every store call in the first bucket).
+ */
+const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];
+
+/** The values of `idempotency.outcome` on the `idempotency.outcomes` counter (see docs/observability.md). */
+export type IdempotencyOutcome =
+  | 'new'
+  | 'replay.memory'
+  | 'replay.store'
+  | 'key_reuse'
+  | 'in_progress'
+  | 'waited'
+  | 'takeover'
+  | 'stored'
+  | 'released'
+  | 'finalize.retried'
+  | 'finalize.gave_up'
+  | 'store_unavailable'
+  | 'shutting_down'
+  | 'record_unreadable';
+
+/** The store operations timed by `idempotency.store.operation.duration`. */
+export type StoreOperationName =
+  | 'claim'
+  | 'complete'
+  | 'release'
+  | 'renew'
+  | 'mark_awaited'
+  | 'begin_transaction'
+  | 'begin_holding_transaction'
+  | 'purge';
+
+/** The spans the module opens, children of the span active when the call reached it. */
+export type IdempotencySpanName = 'idempotency claim' | 'idempotency run' | 'idempotency finalize';
+
+/**
+ * The module's metrics and spans, through `@opentelemetry/api` only: no-ops unless the application registered an SDK.
+ * Instruments are acquired when it is constructed (with `IdempotencyService`), since the API does not proxy meters
+ * registered later. No attribute carries a key, an account or a body: only the transport and the scope's endpoint.
+ */
+export class IdempotencyTelemetry {
+  private readonly tracer: Tracer;
+  private readonly outcomes: Counter;
+  private readonly storeDuration: Histogram;
+  private readonly handlerDuration: Histogram;
+  /** The transport each claim was made for: its finalize, in the background too, is counted under it. */
+  private readonly transports = new WeakMap<IdempotencyClaim, IdempotencyTransportName>();
+  private readonly runs = new WeakMap<IdempotencyRun, RunTiming>();
+
+  constructor() {
+    const meter = metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME);
+    this.tracer = trace.getTracer(IDEMPOTENCY_INSTRUMENTATION_NAME);
+    this.outcomes = outcomesCounter();
+    this.storeDuration = meter.createHistogram('idempotency.store.operation.duration', {
+      unit: 's',
+      description: 'Duration of the idempotency store operations.',
+      advice: { explicitBucketBoundaries: SECONDS_BUCKETS },
+    });
+    this.handlerDuration = meter.createHistogram('idempotency.handler.duration', {
+      unit: 's',
+      description: 'Duration of idempotent handlers run under their claim, from the claim to the finalize.',
+      advice: { explicitBucketBoundaries: SECONDS_BUCKETS },
+    });
+  }
+
+  /** Records which transport `claim` was made for. */
+  claimedFor(claim: IdempotencyClaim, transport: IdempotencyTransportName): void {
+    this.transports.set(claim, transport);
+  }
+
+  /** The attributes of a claim's metrics and spans. */
+  attributesOf(claim: IdempotencyClaim): Attributes {
+    return scopeAttributes(claim.scope, this.transports.get(claim) ?? 'operation');
+  }
+
+  count(outcome: IdempotencyOutcome, attributes: Attributes): void {
+    this.outcomes.add(1, withOutcome(attributes, outcome));
+  }
+
+  /** Times a store operation, with its `error.type` when it failed. */
+  async timeStore<T>(operation: StoreOperationName, call: () => Promise<T>): Promise<T> {
+    const started = performance.now();
+    const attributes: Attributes = { 'idempotency.store.operation': operation };
+    try {
+      return await call();
+    } catch (error) {
+      attributes['error.type'] = errorType(error);
+      throw error;
+    } finally {
+      this.storeDuration.record((performance.now() - started) / 1000, attributes);
+    }
+  }
+
+  /** Opens the `idempotency run` span of a claimed run, under the active span, and starts timing its handler. */
+  runStarted(run: IdempotencyRun, attributes: Attributes): void {
+    const span = this.tracer.startSpan('idempotency run', { attributes });
+    this.runs.set(run, { span, started: performance.now(), attributes });
+  }
+
+  /**
+   * Ends the run's span and records its handler's duration, as its finalize begins; returns the run's attributes.
+   * A run given back before its handler ran (shutdown began meanwhile) has neither.
+   */
+  runEnded(run: IdempotencyRun): Attributes {
+    const timing = this.runs.get(run);
+    if (!timing) return this.attributesOf(run.claim);
+    this.runs.delete(run);
+    timing.span.end();
+    this.handlerDuration.record((performance.now() - timing.started) / 1000, timing.attributes);
+    return timing.attributes;
+  }
+
+  /** Runs `work` in a span of its own, ended when it settles; a rejection is recorded on it. */
+  async inSpan<T>(name: IdempotencySpanName, attributes: Attributes, work: (span: Span) => Promise<T>): Promise<T> {
+    return this.tracer.startActiveSpan(name, { attributes }, async (span) => {
+      try {
+        return await work(span);
+      } catch (error) {
+        span.setStatus({ code: SpanStatusCode.ERROR, message: errorType(error) });
+        span.setAttribute('error.type', errorType(error));
+        throw error;
+      } finally {
+        span.end();
+      }
+    });
+  }
+}
+
+function outcomesCounter(): Counter {
+  return metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME).createCounter('idempotency.outcomes', {
+    unit: '{outcome}',
+    description: 'Outcomes of idempotent calls and of their claims, by idempotency.outcome.',
+  });
+}
+
+/**
+ * A scope's attributes and an outcome, written out: V8 copies an object spread with these dotted names on a slow
+ * path (microseconds a count, measured), which would cost every request even with no SDK.
+ */
+function withOutcome(attributes: Attributes, outcome: IdempotencyOutcome): Attributes {
+  return {
+    'idempotency.transport': attributes['idempotency.transport'],
+    'idempotency.endpoint': attributes['idempotency.endpoint'],
+    'idempotency.outcome': outcome,
+  };
+}
+
+/** The attributes of a scope: its transport and endpoint, never its key nor its account. */
+export function scopeAttributes(scope: IdempotencyScope, transport: IdempotencyTransportName): Attributes {
+  return { 'idempotency.transport': transport, 'idempotency.endpoint': scope.endpoint };
+}
+
+/** OpenTelemetry's `error.type`: the error's class name (never its message, which may quote a key). */
+function errorType(error: unknown): string {
+  return error instanceof Error ? error.constructor.name : '_OTHER';
+}
