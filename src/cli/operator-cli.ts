@@ -112,6 +112,8 @@ export async function runOperatorCli(argv: string[], io: CliIo): Promise<number>
   }
 }
 
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+
 function checkCommand(command: string, values: Values): void {
   const required: Record<string, (keyof Values)[]> = {
     inspect: ['key'],
@@ -129,6 +131,10 @@ function checkCommand(command: string, values: Values): void {
   }
   const missing = needed.filter((name) => values[name] === undefined);
   if (missing.length > 0) throw new UsageError(`${command} needs ${missing.map((name) => `--${name}`).join(', ')}`);
+  // An attempt token is a UUID column: a malformed one is the caller's mistake, not the database's (exit 3).
+  if (values.attempt !== undefined && !UUID.test(values.attempt)) {
+    throw new UsageError('--attempt must be the attempt token (a UUID) that `nest-idempotency inspect` shows');
+  }
   for (const name of ['limit', 'batch-size'] as const) {
     const value = values[name];
     if (value !== undefined && !/^[1-9][0-9]*$/.test(value))

@@ -11,6 +11,8 @@ import { EnvelopeUnreadableError, KEY_BYTES, type OutcomeKey, openEnvelope, seal
  */
 export const ENVELOPE_HEADER = ':nest-idempotency-envelope';
 const ENVELOPE_HEADER_VALUE = 'aes-256-gcm';
+/** The sealed copy of the status, before the headers' length. */
+const STATUS_BYTES = 2;
 
 /**
  * What of an outcome the store holds: with encryption, its status in clear and its headers and body sealed in one
@@ -35,9 +37,12 @@ export class OutcomeSealing {
   seal(scope: IdempotencyScope, response: StoredResponse): StoredResponse {
     if (!this.newest) return response;
     const headers = Buffer.from(JSON.stringify(response.headers), 'utf8');
-    const length = Buffer.alloc(4);
-    length.writeUInt32BE(headers.length);
-    const envelope = sealEnvelope(Buffer.concat([length, headers, response.body]), this.newest, scope);
+    // The status is sealed too (and compared with the record's on opening): it stays readable in its column, but
+    // a status rewritten there (a declined charge made 200) is refused like any other altered byte.
+    const prefix = Buffer.alloc(STATUS_BYTES + 4);
+    prefix.writeUInt16BE(response.status);
+    prefix.writeUInt32BE(headers.length, STATUS_BYTES);
+    const envelope = sealEnvelope(Buffer.concat([prefix, headers, response.body]), this.newest, scope);
     return { status: response.status, headers: { [ENVELOPE_HEADER]: ENVELOPE_HEADER_VALUE }, body: envelope };
   }
 
@@ -53,9 +58,19 @@ export class OutcomeSealing {
       throw new EnvelopeUnreadableError('it is encrypted, and the module was given no encryption key ring');
     }
     const plaintext = openEnvelope(stored.body, this.keys, scope);
-    const headersEnd = 4 + (plaintext.length >= 4 ? plaintext.readUInt32BE(0) : Infinity);
+    const headersStart = STATUS_BYTES + 4;
+    const headersEnd =
+      headersStart + (plaintext.length >= headersStart ? plaintext.readUInt32BE(STATUS_BYTES) : Infinity);
     if (headersEnd > plaintext.length) throw new EnvelopeUnreadableError('its decrypted content is malformed');
-    const headers = JSON.parse(plaintext.subarray(4, headersEnd).toString('utf8')) as StoredResponse['headers'];
+    const sealedStatus = plaintext.readUInt16BE(0);
+    if (sealedStatus !== stored.status) {
+      throw new EnvelopeUnreadableError(
+        `its status column says ${stored.status}, and the status sealed with it is ${sealedStatus} (altered)`,
+      );
+    }
+    const headers = JSON.parse(
+      plaintext.subarray(headersStart, headersEnd).toString('utf8'),
+    ) as StoredResponse['headers'];
     return { status: stored.status, headers, body: plaintext.subarray(headersEnd) };
   }
 }

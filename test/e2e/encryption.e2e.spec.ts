@@ -218,6 +218,22 @@ describe('encryption at rest (PostgreSQL)', () => {
     expect(logger.errors).toHaveLength(1);
   });
 
+  it('refuses a record whose status column was rewritten (a 201 made 500), and never runs its handler again', async () => {
+    const key = randomUUID();
+    await withApp({ keys: [keyA] }, async (app) => charge(app, key).expect(201));
+    await db.query('UPDATE idempotency_records SET response_status = 500 WHERE idempotency_key = $1', [key]);
+    const runsBefore = runs;
+    const logger = new RecordingLogger();
+    const events = await unreadableEventsOf(() =>
+      withApp({ keys: [keyA] }, async (app) => expectUnreadableRefusal(await charge(app, key)), logger),
+    );
+    expect(runs).toBe(runsBefore);
+    expect(events).toEqual([
+      { scope: expect.objectContaining({ key }), reason: expect.stringMatching(/status column says 500/) },
+    ]);
+    expect(logger.errors).toHaveLength(1);
+  });
+
   it('refuses a plaintext record unless acceptPlaintext, which replays it during a switch-over', async () => {
     const key = randomUUID();
     const first = await withApp(undefined, async (app) => (await charge(app, key).expect(201)).body);

@@ -147,6 +147,19 @@ describe('the operator command-line tool, as a process, on records of real apps'
     expect(run.code).toBe(2);
     expect(run.stderr).toContain('release needs --attempt');
     expect(run.stderr).toContain('nest-idempotency inspect --key K');
+    const malformed = await cli([
+      'release',
+      '--account',
+      account,
+      '--endpoint',
+      ENDPOINT,
+      '--key',
+      keys.holder,
+      '--attempt',
+      'not-a-uuid',
+    ]);
+    expect(malformed.code).toBe(2); // the caller's mistake, not the database's
+    expect(malformed.stderr).toContain('--attempt must be the attempt token (a UUID)');
   });
 
   it('inspects a completed record without its body, shows the body only with --body and says so', async () => {

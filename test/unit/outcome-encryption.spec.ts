@@ -81,6 +81,14 @@ describe('OutcomeSealing', () => {
     expect(sealing.open(scope, sealed)).toEqual(response);
   });
 
+  it('refuses a record whose status column was altered (a declined charge made 200), as it refuses any altered byte', () => {
+    const sealing = OutcomeSealing.from({ keys: [keyA] });
+    const sealed = sealing.seal(scope, response);
+    expect(() => sealing.open(scope, { ...sealed, status: 200 })).toThrow(
+      /status column says 200, and the status sealed with it is 201/,
+    );
+  });
+
   it('opens across a rotation: sealed with A, opened by the ring [B, A], which seals new outcomes with B', () => {
     const sealedWithA = OutcomeSealing.from({ keys: [keyA] }).seal(scope, response);
     const rotated = OutcomeSealing.from({ keys: [{ id: 'B', key: keyB.key.toString('base64') }, keyA] });
