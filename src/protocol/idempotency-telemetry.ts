@@ -78,7 +78,10 @@ export class IdempotencyTelemetry {
   constructor() {
     const meter = metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME);
     this.tracer = trace.getTracer(IDEMPOTENCY_INSTRUMENTATION_NAME);
-    this.outcomes = outcomesCounter();
+    this.outcomes = meter.createCounter('idempotency.outcomes', {
+      unit: '{outcome}',
+      description: 'Outcomes of idempotent calls and of their claims, by idempotency.outcome.',
+    });
     this.storeDuration = meter.createHistogram('idempotency.store.operation.duration', {
       unit: 's',
       description: 'Duration of the idempotency store operations.',
@@ -152,13 +155,6 @@ export class IdempotencyTelemetry {
       }
     });
   }
-}
-
-function outcomesCounter(): Counter {
-  return metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME).createCounter('idempotency.outcomes', {
-    unit: '{outcome}',
-    description: 'Outcomes of idempotent calls and of their claims, by idempotency.outcome.',
-  });
 }
 
 /**

@@ -194,6 +194,18 @@ describe('encryption at rest (PostgreSQL)', () => {
     expect(await recordCountOf(db, key)).toBe(1);
   });
 
+  /** `key`'s retry is refused as unreadable for `reason`, with one event and one log line, and its handler not run. */
+  async function expectRefusedUnrun(key: string, reason: RegExp) {
+    const runsBefore = runs;
+    const logger = new RecordingLogger();
+    const events = await unreadableEventsOf(() =>
+      withApp({ keys: [keyA] }, async (app) => expectUnreadableRefusal(await charge(app, key)), logger),
+    );
+    expect(runs).toBe(runsBefore);
+    expect(events).toEqual([{ scope: expect.objectContaining({ key }), reason: expect.stringMatching(reason) }]);
+    expect(logger.errors).toHaveLength(1);
+  }
+
   it("refuses a record whose encrypted body was copied from another key's row, and never runs its handler again", async () => {
     const victim = randomUUID();
     const source = randomUUID();
@@ -206,32 +218,14 @@ describe('encryption at rest (PostgreSQL)', () => {
        WHERE idempotency_key = $1`,
       [victim, source],
     );
-    const runsBefore = runs;
-    const logger = new RecordingLogger();
-    const events = await unreadableEventsOf(() =>
-      withApp({ keys: [keyA] }, async (app) => expectUnreadableRefusal(await charge(app, victim)), logger),
-    );
-    expect(runs).toBe(runsBefore);
-    expect(events).toEqual([
-      { scope: expect.objectContaining({ key: victim }), reason: expect.stringMatching(/authentication failed/) },
-    ]);
-    expect(logger.errors).toHaveLength(1);
+    await expectRefusedUnrun(victim, /authentication failed/);
   });
 
   it('refuses a record whose status column was rewritten (a 201 made 500), and never runs its handler again', async () => {
     const key = randomUUID();
     await withApp({ keys: [keyA] }, async (app) => charge(app, key).expect(201));
     await db.query('UPDATE idempotency_records SET response_status = 500 WHERE idempotency_key = $1', [key]);
-    const runsBefore = runs;
-    const logger = new RecordingLogger();
-    const events = await unreadableEventsOf(() =>
-      withApp({ keys: [keyA] }, async (app) => expectUnreadableRefusal(await charge(app, key)), logger),
-    );
-    expect(runs).toBe(runsBefore);
-    expect(events).toEqual([
-      { scope: expect.objectContaining({ key }), reason: expect.stringMatching(/status column says 500/) },
-    ]);
-    expect(logger.errors).toHaveLength(1);
+    await expectRefusedUnrun(key, /status column says 500/);
   });
 
   it('refuses a plaintext record unless acceptPlaintext, which replays it during a switch-over', async () => {
