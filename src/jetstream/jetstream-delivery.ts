@@ -1,5 +1,5 @@
 import type { JsMsg } from '@nats-io/jetstream';
-import type { MessageDelivery } from '../messages/message-delivery.interface.js';
+import type { MessageConsumer, MessageDelivery } from '../messages/message-delivery.interface.js';
 
 /**
  * A JetStream message's settlement: `ack()`, `nak(delay)` (redelivered after the delay, counting toward the
@@ -11,7 +11,11 @@ export class JetStreamDelivery implements MessageDelivery {
   private giveBack!: () => void;
   readonly givenBack = new Promise<void>((resolve) => (this.giveBack = resolve));
 
-  constructor(private readonly message: JsMsg) {}
+  constructor(
+    private readonly message: JsMsg,
+    /** The server's pulls, which shutdown's drain stops. */
+    readonly consumer: MessageConsumer,
+  ) {}
 
   get deliveries(): number {
     return this.message.info.deliveryCount;

@@ -4,6 +4,7 @@ import { type Consumer, type ConsumerMessages, jetstream, jetstreamManager, type
 import { connect, type NatsConnection, type Status } from '@nats-io/transport-node';
 import { Logger } from '@nestjs/common';
 import { type CustomTransportStrategy, type MessageHandler, Server } from '@nestjs/microservices';
+import type { MessageConsumer } from '../messages/message-delivery.interface.js';
 import { SettledOnce } from '../messages/settled-once.js';
 import { JetStreamContext } from './jetstream-context.js';
 import { JetStreamDelivery } from './jetstream-delivery.js';
@@ -47,6 +48,10 @@ export class JetStreamServer
     this.stopping.signal.addEventListener('abort', () => resolve()),
   );
   private pulling?: Promise<void>;
+  /** Stopped by shutdown's drain: no more pulls; the messages pulled run and are settled. */
+  private readonly pullsStopped = new AbortController();
+  /** This server's consumer, as its messages' deliveries name it. */
+  private readonly consumer: MessageConsumer = { stop: () => this.pullsStopped.abort() };
   private batch?: ConsumerMessages;
   /** How often a running message is reported `working()`: half the consumer's shortest ack wait. */
   private heartbeatMs = 15_000;
@@ -110,7 +115,9 @@ export class JetStreamServer
   private async pull(consumer: Consumer): Promise<void> {
     const { signal } = this.stopping;
     const maxInFlight = this.options.maxInFlight ?? 10;
-    while (!signal.aborted) {
+    // A pull under way when the drain stops the pulls runs out (within PULL_EXPIRES_MS): what it brings is run, not
+    // dropped, which JetStream would redeliver after its ack wait, counting a delivery.
+    while (!signal.aborted && !this.pullsStopped.signal.aborted) {
       if (this.inFlight.size >= maxInFlight) {
         await Promise.race([...this.inFlight, this.stopped]);
         continue;
@@ -135,7 +142,7 @@ export class JetStreamServer
   }
 
   private async handle(message: JsMsg): Promise<void> {
-    const delivery = new JetStreamDelivery(message);
+    const delivery = new JetStreamDelivery(message, this.consumer);
     const context = new JetStreamContext([message, new SettledOnce(delivery, this.logger)]);
     const settlement = context.getDelivery();
     const replyTo = message.headers?.get(REPLY_TO_HEADER) || undefined;
@@ -154,9 +161,10 @@ export class JetStreamServer
       const reply = await this.replyOf(handler, payload.value, context, delivery.givenBack);
       // Given back (by the idempotency transport): a later delivery answers.
       if (reply === undefined) return;
+      // The reply before the settlement: a crash between the two redelivers the request, whose record answers it again.
+      if (replyTo) this.reply(replyTo, reply);
       if ('err' in reply) settlement.retryLater(0);
       else settlement.ack();
-      if (replyTo) this.reply(replyTo, reply);
     } finally {
       clearInterval(heartbeat);
     }

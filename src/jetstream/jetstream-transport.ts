@@ -1,5 +1,5 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { Reflector } from '@nestjs/core';
+import { ModulesContainer, Reflector } from '@nestjs/core';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
@@ -19,6 +19,7 @@ import { JetStreamContext } from './jetstream-context.js';
 export class JetStreamTransport extends MessageTransport<JetStreamContext> {
   constructor(
     reflector: Reflector,
+    modules: ModulesContainer,
     idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions,
     @Inject(JETSTREAM_OPTIONS) options: IdempotencyJetStreamOptions,
@@ -27,7 +28,9 @@ export class JetStreamTransport extends MessageTransport<JetStreamContext> {
     super(
       'jetstream',
       JetStreamContext,
+      undefined,
       reflector,
+      modules,
       idempotency,
       moduleOptions,
       resolveConsumerOptions(options, { header: 'Nats-Msg-Id' }),

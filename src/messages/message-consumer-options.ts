@@ -1,6 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { RpcException } from '@nestjs/microservices';
-import { callable, nonEmptyString, oneOf } from '../protocol/option-checks.js';
+import { callable, nonEmptyString, oneOf, positive, positiveInteger } from '../protocol/option-checks.js';
 import { describedValue } from '../protocol/described-value.js';
 import type { MessageConsumerOptions, MessageKeySource } from './message-options.interface.js';
 
@@ -9,6 +9,9 @@ export interface ResolvedConsumerOptions<Context> {
   key: MessageKeySource<Context>;
   withoutKey: 'reject' | 'run';
   isFinalError: (error: unknown) => boolean;
+  holdSeconds: number;
+  /** `undefined`: the store's capacity. */
+  concurrency: number | undefined;
 }
 
 /** Statuses of an `HttpException` that say "later", which a redelivery may get past. */
@@ -35,6 +38,8 @@ export function resolveConsumerOptions<Context>(
     key: checkKeySource(options.key ?? defaultKey),
     withoutKey: oneOf('withoutKey', options.withoutKey ?? 'reject', ['reject', 'run'] as const),
     isFinalError: callable('isFinalError', options.isFinalError ?? isFinalErrorByDefault),
+    holdSeconds: positive('holdSeconds', options.holdSeconds ?? 600),
+    concurrency: options.concurrency === undefined ? undefined : positiveInteger('concurrency', options.concurrency),
   };
 }
 

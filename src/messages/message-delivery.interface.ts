@@ -1,3 +1,12 @@
+/** The broker's consumer a message came from, which shutdown's drain stops from taking more. */
+export interface MessageConsumer {
+  /**
+   * Stops taking messages from the broker (RabbitMQ: cancels the consumer; JetStream: stops pulling); the messages
+   * already delivered stay in hand, to be run and settled. Calls after the first do nothing.
+   */
+  stop(): void;
+}
+
 /**
  * One delivery of a message, as its broker's transport sees it: where its key may be, and how it is settled. The
  * message transport settles each delivery once, after its outcome is stored or its claim released.
@@ -9,6 +18,8 @@ export interface MessageDelivery {
   header(name: string): string | undefined;
   /** How often the broker has delivered the message, this delivery included (1 the first time). */
   readonly deliveries: number;
+  /** The consumer it came from. */
+  readonly consumer: MessageConsumer;
   /** Done with: the broker forgets it. */
   ack(): void;
   /** Not done: the broker delivers it again after `delayMs` (to this consumer or another), counting the delivery. */

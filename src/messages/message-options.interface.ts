@@ -25,4 +25,21 @@ export interface MessageConsumerOptions<Context = unknown> {
    * not.
    */
   isFinalError?: (error: unknown) => boolean;
+  /**
+   * How long the consumer holds a message that cannot be claimed now but may be later (the store unavailable, or out
+   * of transaction slots; its key in progress in another attempt; shutdown's drain), unsettled, claiming it again
+   * after a pause that doubles from `retryAfterSeconds` up to 10 s, before it gives it back to the broker, which
+   * counts a delivery toward the queue's limit. A message is never given back for what is not its own fault within
+   * this bound: size it for the longest store outage to ride out, and below what the broker allows a message to stay
+   * unsettled (RabbitMQ's `consumer_timeout`, 30 minutes by default; `JetStreamServer` tells JetStream the message is
+   * being worked on). Default: 600 (10 minutes).
+   */
+  holdSeconds?: number;
+  /**
+   * Messages claimed and run at once by this process; the others delivered wait their turn, unsettled, rather than
+   * be refused. Default: the store's `capacity` (the PostgreSQL store: its pool's size less two, 8 with TypeORM's
+   * default pool of 10), or 10. Set the broker's prefetch near it (RabbitMQ's `prefetchCount`, `JetStreamServer`'s
+   * `maxInFlight`), so that a backlog waits in the broker.
+   */
+  concurrency?: number;
 }

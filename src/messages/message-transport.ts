@@ -1,9 +1,9 @@
 import { type CallHandler, type ExecutionContext, Logger, type Type } from '@nestjs/common';
-import type { Reflector } from '@nestjs/core';
-import { type BaseRpcContext, RpcException } from '@nestjs/microservices';
+import type { ModulesContainer, Reflector } from '@nestjs/core';
+import { type BaseRpcContext, RpcException, type Transport } from '@nestjs/microservices';
 import { PATTERN_HANDLER_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
-import { EMPTY, lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
+import { concat, defer, EMPTY, lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
 import { resolveAccount } from '../protocol/account-resolution.js';
 import { jsonFingerprint } from '../protocol/json-fingerprint.js';
 import { runUnguarded, runWithin } from '../protocol/current-run.js';
@@ -14,6 +14,7 @@ import {
   IdempotencyAccountUnresolvedError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
+  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   type KeyTerms,
 } from '../protocol/idempotency.errors.js';
@@ -29,6 +30,9 @@ import type { MessageDelivery } from './message-delivery.interface.js';
 import { finalError, type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
 import { type ResolvedConsumerOptions, keyNameOf } from './message-consumer-options.js';
 import { SettledOnce } from './settled-once.js';
+import { MessageSettlement } from './message-settlement.js';
+import { GivenBackAtShutdown, MessagesInHand } from './messages-in-hand.js';
+import { idempotentEventHandlersByPattern } from './idempotent-message-handlers.js';
 
 /** What a message transport knows of an idempotent handler once. */
 interface MessagePlan {
@@ -39,11 +43,19 @@ interface MessagePlan {
   consumer: string;
 }
 
-/** An idempotent message, as read. */
+/** An idempotent message, as read by one of its handlers. */
 interface MessageCall extends IdempotentCall {
   plan: MessagePlan;
-  delivery: SettledOnce;
+  /** The message's delivery as this handler settles it. */
+  delivery: MessageDelivery;
+  /** Ends this handler's turn among the messages claimed and run at once. */
+  endTurn: () => void;
+  /** Since when the message has been held, claimed again after refusals that a later claim may get past. */
+  held?: { since: number; claims: number };
 }
+
+/** The longest pause between two claims of a held message: a store back is noticed within it. */
+const MAX_HOLD_PAUSE_MS = 10_000;
 
 /**
  * What consumers do by default where HTTP's defaults do not suit them. They wait for a duplicate's attempt in flight
@@ -53,6 +65,9 @@ interface MessageCall extends IdempotentCall {
  * lease lapses, and each costs a delivery of the queue's limit (a quorum queue's `x-delivery-limit`).
  */
 const CONSUMER_DEFAULTS = { inFlight: 'wait', leaseSeconds: 15 } as const;
+
+/** Messages claimed and run at once with a store that does not say its capacity. */
+const DEFAULT_CONCURRENCY = 10;
 
 /**
  * A message consumer's transport, whichever the broker (each broker's room says how its context is recognized, where
@@ -64,15 +79,24 @@ const CONSUMER_DEFAULTS = { inFlight: 'wait', leaseSeconds: 15 } as const;
 export abstract class MessageTransport<Context extends BaseRpcContext> implements IdempotencyTransport<MessageCall> {
   protected readonly logger = new Logger('Idempotency');
   private readonly plans: HandlerPlans<MessagePlan>;
-  /** Each message's delivery, settled once, whichever of `run`, `replay`, `refusal` or `letThrough` settles it. */
-  private readonly deliveries = new WeakMap<object, SettledOnce>();
+  /**
+   * Each message's settlement among its handlers, whichever of `run`, `replay`, `refusal` or `letThrough` settles
+   * each handler's view of it.
+   */
+  private readonly settlements = new WeakMap<object, MessageSettlement>();
   private readonly warnedWithoutKey = new Set<string>();
+  private readonly inHand: MessagesInHand;
+  /** The idempotent event handlers of each pattern, read from the application's controllers at the first message. */
+  private eventHandlers?: Map<string, ReadonlySet<string>>;
 
   protected constructor(
     /** How scopes, logs and metrics name the broker, e.g. `rabbitmq`. */
     readonly name: Extract<IdempotencyTransportName, 'rabbitmq' | 'jetstream'>,
     private readonly contextClass: Type<Context>,
-    reflector: Reflector,
+    /** Nest's built-in transport of the broker (its handlers' `@EventPattern(pattern, transport)`), if any. */
+    private readonly nestTransport: Transport | undefined,
+    private readonly reflector: Reflector,
+    private readonly modules: ModulesContainer,
     private readonly idempotency: IdempotencyService,
     moduleOptions: ProtocolModuleOptions,
     private readonly options: ResolvedConsumerOptions<Context>,
@@ -82,6 +106,8 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       request: Reflect.getMetadata(PATTERN_HANDLER_METADATA, context.getHandler()) === PatternHandler.MESSAGE,
       consumer: `${context.getClass().name}.${context.getHandler().name}`,
     }));
+    this.inHand = new MessagesInHand(options.concurrency ?? idempotency.storeCapacity ?? DEFAULT_CONCURRENCY);
+    idempotency.addDrainParticipant(this.inHand);
   }
 
   /** The message's pattern, as its handler was chosen by. */
@@ -98,7 +124,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     if (!plan) return undefined;
     const rpc = context.switchToRpc();
     const [payload, messageContext] = [rpc.getData<unknown>(), rpc.getContext<Context>()];
-    const delivery = this.deliveryFor(context);
+    const delivery = this.deliveryFor(context, plan.consumer);
     const keyName = keyNameOf(this.options.key);
     const pattern = this.patternOf(messageContext);
     const key = this.keyOf(payload, messageContext, delivery, keyName);
@@ -126,25 +152,65 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       }
       throw error;
     });
+    const endTurn = await this.inHand.admitted().catch((error: unknown) => {
+      if (error instanceof GivenBackAtShutdown) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      throw error;
+    });
     return {
       plan,
       policy,
       scope: { account, endpoint: `${this.name} ${pattern} ${plan.consumer}`, key },
       fingerprint: jsonFingerprint(payload),
       terms: { key: keyName, usedWith: 'payload' } satisfies KeyTerms,
+      inHand: true,
       delivery,
+      endTurn,
     };
   }
 
+  /**
+   * A message that cannot be claimed now, but may be later (the store unavailable or out of transaction slots, its
+   * key in progress in another attempt), is held, unsettled, and claimed again after a pause that doubles from
+   * `retryAfterSeconds` (up to 10 s), for up to `holdSeconds`: giving it back would spend one of its deliveries for
+   * a fault that is not its own. Past that bound, or once shutdown's drain is over, it is given back.
+   */
+  async claimAgainAfter(error: IdempotencyError, call: MessageCall): Promise<boolean> {
+    if (error.retryAfterSeconds === undefined) return false;
+    const { policy, scope } = call;
+    const held = (call.held ??= { since: Date.now(), claims: 0 });
+    if (Date.now() - held.since >= this.options.holdSeconds * 1000) {
+      this.logger.warn(
+        `A message to ${scope.endpoint} (key ${JSON.stringify(scope.key)}) could not be claimed for ` +
+          `holdSeconds (${this.options.holdSeconds} s): it is given back to the broker (${error.code}).`,
+      );
+      return false;
+    }
+    if (held.claims === 0 && error.code !== 'idempotency_shutting_down') {
+      this.logger.warn(
+        `A message to ${scope.endpoint} (key ${JSON.stringify(scope.key)}) cannot be claimed now (${error.code}): ` +
+          `the consumer holds it and claims it again, for up to ${this.options.holdSeconds} s.`,
+      );
+    }
+    const pauseMs = Math.min(policy.retryAfterSeconds * 1000 * 2 ** held.claims, MAX_HOLD_PAUSE_MS);
+    held.claims += 1;
+    return this.inHand.pause(pauseMs);
+  }
+
   /** A stored outcome: the message is done, and a waiting caller gets the same reply (or error) as the first. */
-  replay({ plan, delivery }: MessageCall, stored: StoredResponse): Observable<unknown> {
-    delivery.ack();
-    const outcome = outcomeOf(stored);
-    if (outcome.kind === 'value') return of(outcome.value);
-    return plan.request ? throwError(() => finalError(outcome.error)) : EMPTY;
+  replay({ plan, delivery, endTurn }: MessageCall, stored: StoredResponse): Observable<unknown> {
+    endTurn();
+    return this.acknowledged(plan, delivery, outcomeOf(stored), plan.consumer, false);
   }
 
   async run(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+    try {
+      return await this.runClaimed(call, run, next);
+    } finally {
+      call.endTurn();
+    }
+  }
+
+  private async runClaimed(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
     const { plan, policy, delivery, scope } = call;
     let ended = await this.handled(next, run);
     // An event's value reaches nobody: only that it ran is stored.
@@ -157,8 +223,9 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       // A reply that is not JSON (a cycle, a BigInt), which Nest could not send either.
       [ended, outcome] = [{ status: 'failed', error }, undefined];
     }
+    // The consumer's own rule says what is final (an error stored as 422 too), never HTTP's `isFinalStatus`.
     const refused = await this.idempotency
-      .finish(run, { response, failed: ended.status === 'failed' }, policy)
+      .finish(run, { response, failed: ended.status === 'failed', final: outcome !== undefined }, policy)
       .catch((error: unknown) => {
         this.logger.error(`Ending the claim of a message to ${scope.endpoint} failed; it is redelivered: ${error}`);
         return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
@@ -166,21 +233,44 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     // A refusal (the outcome could not be committed) goes to `refusal`, which settles the message.
     if (refused) throw refused;
     if (!outcome) return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as FailedEnd).error);
-    delivery.ack();
-    return outcome.kind === 'value' ? of(outcome.value) : this.answerFinalError(plan, scope.endpoint, outcome.error);
+    return this.acknowledged(plan, delivery, outcome, scope.endpoint, true);
+  }
+
+  /**
+   * The message's outcome, stored (or replayed), answered and acknowledged: an event's at once; a request's once its
+   * reply is sent (Nest publishes it on the next tick), so that a crash between the two redelivers the request, whose
+   * record answers it again, rather than leave its caller without a reply.
+   */
+  private acknowledged(
+    plan: MessagePlan,
+    delivery: MessageDelivery,
+    outcome: MessageOutcome,
+    where: string,
+    firstTime: boolean,
+  ): Observable<unknown> {
+    if (!plan.request) {
+      delivery.ack();
+      return outcome.kind === 'error' && firstTime ? this.loggedFinalError(where, outcome.error) : EMPTY;
+    }
+    // Nest publishes a reply on the next tick after the handler's answer; the ack waits for the turn after it.
+    const ackAfterReply = () => void setImmediate(() => delivery.ack());
+    if (outcome.kind === 'error') return defer(() => (ackAfterReply(), throwError(() => finalError(outcome.error))));
+    return concat(
+      of(outcome.value),
+      defer(() => (ackAfterReply(), EMPTY)),
+    );
   }
 
   /** An idempotent handler run without a key (`withoutKey: 'run'`): its message is settled as a guarded one's. */
   letThrough(context: ExecutionContext, next: CallHandler): Observable<unknown> {
     const plan = this.plans.planFor(context);
     if (!plan) return next.handle();
+    const delivery = this.deliveryFor(context, plan.consumer);
     return new Observable<unknown>((subscriber) => {
       void this.handled(next).then((ended) => {
-        const delivery = this.deliveryFor(context);
         const outcome = this.finalOutcome(ended);
         const answer = outcome
-          ? (delivery.ack(),
-            outcome.kind === 'value' ? of(outcome.value) : this.answerFinalError(plan, plan.consumer, outcome.error))
+          ? this.acknowledged(plan, delivery, outcome, plan.consumer, true)
           : this.redeliverAfterFailure(plan, delivery, plan.consumer, (ended as FailedEnd).error);
         answer.subscribe(subscriber);
       });
@@ -189,14 +279,17 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
 
   /**
    * A refusal settles the message: one that may succeed later (in progress, the store unavailable, shutting down)
-   * is given back to be redelivered after `retryAfterSeconds`; one that never will (a key reused with another
+   * is given back, once the consumer has held it for `holdSeconds` (or at once, when shutdown's drain is over), to be
+   * redelivered after `retryAfterSeconds`, doubled at each delivery; one that never will (a key reused with another
    * payload, no key, an invalid key) is rejected, so that the broker dead-letters it. A request's caller gets the
    * latter as an `RpcException` (`{ code, message }`), and keeps waiting through the former, for the reply of the
    * delivery that runs.
    */
   refusal(error: IdempotencyError, call: MessageCall | undefined, context: ExecutionContext): unknown {
-    const delivery = call?.delivery ?? this.deliveryFor(context);
-    const request = (call?.plan ?? this.plans.planFor(context))?.request ?? false;
+    call?.endTurn();
+    const plan = call?.plan ?? this.plans.planFor(context);
+    const delivery = call?.delivery ?? this.deliveryFor(context, plan?.consumer ?? '');
+    const request = plan?.request ?? false;
     const where = call?.scope.endpoint ?? `${this.name} ${this.patternOf(context.switchToRpc().getContext())}`;
     if (error.retryAfterSeconds !== undefined) {
       delivery.retryLater(
@@ -209,14 +302,23 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return request ? new RpcException({ code: error.code, message: error.message }) : EMPTY;
   }
 
-  private deliveryFor(context: ExecutionContext): SettledOnce {
+  /**
+   * The message's delivery as `consumer`, one of its idempotent handlers, settles it. The first of its handlers to
+   * read it takes it in hand, expecting a settlement from each idempotent handler of its pattern.
+   */
+  private deliveryFor(context: ExecutionContext, consumer: string): MessageDelivery {
     const messageContext = context.switchToRpc().getContext<Context>();
-    let delivery = this.deliveries.get(messageContext);
-    if (!delivery) {
-      delivery = new SettledOnce(this.deliveryOf(messageContext), this.logger);
-      this.deliveries.set(messageContext, delivery);
+    let settlement = this.settlements.get(messageContext);
+    if (!settlement) {
+      const delivery = new SettledOnce(this.deliveryOf(messageContext), this.logger);
+      this.eventHandlers ??= idempotentEventHandlersByPattern(this.modules, this.reflector, this.nestTransport);
+      const expected = this.eventHandlers.get(this.patternOf(messageContext)) ?? new Set<string>();
+      const taken: MessageSettlement = new MessageSettlement(delivery, expected, () => this.inHand.settled(taken));
+      settlement = taken;
+      this.settlements.set(messageContext, settlement);
+      this.inHand.taken(settlement, delivery.consumer);
     }
-    return delivery;
+    return settlement.of(consumer);
   }
 
   /** The message's key, `undefined` when it has none; one the key function cannot give is invalid. */
@@ -254,9 +356,8 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return this.options.isFinalError(ended.error) ? { kind: 'error', error: storableError(ended.error) } : undefined;
   }
 
-  /** A final error, stored and its message acknowledged: a request's caller gets it; an event's is logged. */
-  private answerFinalError(plan: MessagePlan, where: string, stored: unknown): Observable<unknown> {
-    if (plan.request) return throwError(() => finalError(stored));
+  /** An event's final error, stored and its message acknowledged: logged, once. */
+  private loggedFinalError(where: string, stored: unknown): Observable<unknown> {
     this.logger.warn(
       `The handler of a message to ${where} failed for good (its error is final): the message is acknowledged, and ` +
         `its redeliveries are too, without running it: ${JSON.stringify(stored)}`,
@@ -270,15 +371,18 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
    * that succeeds.
    */
   private redeliverAfterFailure(
-    plan: MessagePlan,
-    delivery: SettledOnce,
+    { policy, request }: MessagePlan,
+    delivery: MessageDelivery,
     where: string,
     error: unknown,
   ): Observable<unknown> {
-    const delayMs = redeliveryDelayMs(plan.policy.retryAfterSeconds, delivery);
-    this.logger.warn(`The handler of a message to ${where} failed; it is redelivered in ${delayMs / 1000} s: ${error}`);
+    const delayMs = redeliveryDelayMs(policy.retryAfterSeconds, delivery);
+    this.logger.warn(
+      `The handler of a message to ${where} failed; it goes back to the broker, to be redelivered in ` +
+        `${delayMs / 1000} s (a delivery of its limit): ${error}`,
+    );
     delivery.retryLater(delayMs);
-    return plan.request ? NEVER : EMPTY;
+    return request ? NEVER : EMPTY;
   }
 
   private warnRunWithoutKey(pattern: string, keyName: string): void {

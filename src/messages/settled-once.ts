@@ -1,5 +1,5 @@
 import type { Logger } from '@nestjs/common';
-import type { MessageDelivery } from './message-delivery.interface.js';
+import type { MessageConsumer, MessageDelivery } from './message-delivery.interface.js';
 
 /**
  * A delivery settled at most once: a broker closes a channel (RabbitMQ) on a second settlement of one message. One
@@ -16,6 +16,10 @@ export class SettledOnce implements MessageDelivery {
 
   get deliveries(): number {
     return this.delivery.deliveries;
+  }
+
+  get consumer(): MessageConsumer {
+    return this.delivery.consumer;
   }
 
   property(name: string): string | undefined {

@@ -1,12 +1,10 @@
 import { Logger, type Provider, type Type } from '@nestjs/common';
 import { ModulesContainer, Reflector } from '@nestjs/core';
-import { PATTERN_METADATA } from '@nestjs/microservices/constants.js';
 import { runByTheModule } from '../protocol/current-run.js';
 import { isWrapped, standInFor } from '../protocol/handler-wrapper.js';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
-import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
+import { type MessageHandlerMethod, idempotentMessageHandlers } from './idempotent-message-handlers.js';
 
-type Handler = (...args: never[]) => unknown;
 const REFUSING = Symbol('REFUSING_UNGUARDED');
 
 /**
@@ -18,27 +16,16 @@ const REFUSING = Symbol('REFUSING_UNGUARDED');
  */
 export function refuseUnguardedMessageHandlers(modules: ModulesContainer, reflector: Reflector): number {
   let wrapped = 0;
-  for (const module of modules.values()) {
-    for (const { metatype } of module.controllers.values()) {
-      if (typeof metatype !== 'function') continue;
-      const controller = metatype as Type;
-      const prototype = controller.prototype as Record<string, unknown>;
-      for (const name of Object.getOwnPropertyNames(prototype)) {
-        const descriptor = Object.getOwnPropertyDescriptor(prototype, name);
-        const handler = descriptor?.value as Handler | undefined;
-        if (name === 'constructor' || typeof handler !== 'function') continue;
-        if (Reflect.getMetadata(PATTERN_METADATA, handler) === undefined) continue;
-        if (!reflector.getAll(IDEMPOTENT_METADATA, [handler, controller]).some(Boolean)) continue;
-        if (isWrapped(handler, REFUSING)) continue;
-        Object.defineProperty(prototype, name, { ...descriptor, value: refusingUnguarded(handler, controller) });
-        wrapped += 1;
-      }
-    }
+  for (const { controller, name, handler, descriptor } of idempotentMessageHandlers(modules, reflector)) {
+    if (isWrapped(handler, REFUSING)) continue;
+    const prototype = controller.prototype as object;
+    Object.defineProperty(prototype, name, { ...descriptor, value: refusingUnguarded(handler, controller) });
+    wrapped += 1;
   }
   return wrapped;
 }
 
-function refusingUnguarded(handler: Handler, controller: Type): Handler {
+function refusingUnguarded(handler: MessageHandlerMethod, controller: Type): MessageHandlerMethod {
   const where = `${controller.name}.${handler.name}`;
   let logged = false;
   const refusing = function (this: unknown, ...args: never[]) {

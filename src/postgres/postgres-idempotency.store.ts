@@ -64,6 +64,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   /** The records table's OID, from which scope lock keys are derived; fetched once, at first use. */
   private tableOid?: Promise<string>;
 
+  /** Transactional attempts run at once, each on a pooled connection of its own (the pool's size less two). */
+  get capacity(): number {
+    return this.transactionSlots.capacity;
+  }
+
   constructor(
     private readonly dataSource: DataSource,
     private readonly tableName: string,

@@ -32,6 +32,11 @@ export interface AttemptOutcome {
   response: StoredResponse | undefined;
   /** Whether the handler threw (its response, if any, is the exception filter's). */
   failed: boolean;
+  /**
+   * Whether `response` is the call's final outcome, as its transport decides (a consumer's final error, `execute()`'s
+   * result); left out, the route's `isFinalStatus` decides by the response's status (HTTP's rule).
+   */
+  final?: boolean;
 }
 
 /** First wait before a finalize is retried; doubled on each retry. */
@@ -88,7 +93,8 @@ export class ClaimEnding {
     termsOf: () => KeyTerms,
   ): Promise<IdempotencyError | undefined> {
     const { response, failed } = outcome;
-    const final = response !== undefined && policy.isFinalStatus(response.status) ? response : undefined;
+    const final =
+      response !== undefined && (outcome.final ?? policy.isFinalStatus(response.status)) ? response : undefined;
     let toStore: OutcomeToStore | undefined;
     try {
       toStore = final && this.prepared(run, final, policy);

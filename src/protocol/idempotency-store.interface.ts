@@ -146,6 +146,12 @@ export interface IdempotencyStore {
    */
   readonly processLocal?: boolean;
   /**
+   * How many attempts the store serves at once without making one wait for another (the PostgreSQL store: its
+   * transaction slots, the pool's size less two). Message consumers claim and run at most so many messages at once by
+   * default, holding the others. Default: unbounded.
+   */
+  readonly capacity?: number;
+  /**
    * Checks within `timeoutMs` that the store answers (one round trip), and, when attempts wait for outcomes
    * (`check.listen`, or an attempt has waited), that it listens for them, opening its listening again if it was lost,
    * as the next wait would; rejects when the store does not answer, or not within `timeoutMs`. For health checks

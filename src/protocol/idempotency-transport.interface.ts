@@ -14,6 +14,11 @@ export interface IdempotentCall {
   fingerprint: string;
   /** How refusals name the call's key and what it was used with. */
   terms: KeyTerms;
+  /**
+   * Whether the process holds the call until it is served (a consumer's message): claimed during shutdown's drain
+   * too, until its wait is over. Default: false (a request that another instance may serve is refused meanwhile).
+   */
+  inHand?: boolean;
 }
 
 /**
@@ -39,6 +44,12 @@ export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCa
    * message of an idempotent handler it runs unguarded (one without a key, where the application allows it).
    */
   letThrough?(context: ExecutionContext, next: CallHandler): Observable<unknown>;
+  /**
+   * Whether to claim the call again after a refusal that a later claim may get past (the store unavailable, the key
+   * in progress, shutting down), once this resolves, rather than answer it with the refusal. Default: never (a client
+   * retries on its own). A message consumer holds a message it cannot claim now, rather than give it back.
+   */
+  claimAgainAfter?(error: IdempotencyError, call: Call): Promise<boolean>;
   /** Answers the call with its stored outcome. */
   replay(call: Call, stored: StoredResponse): Observable<unknown> | Promise<Observable<unknown>>;
   /** Runs the handler (`next`) under the claim `run`, and ends the claim with its outcome, once. */

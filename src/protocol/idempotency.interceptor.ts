@@ -3,7 +3,7 @@ import { isObservable, type Observable } from 'rxjs';
 import { IdempotencyError } from './idempotency.errors.js';
 import { IdempotencyTransports } from './idempotency-transports.js';
 import type { IdempotentCall, IdempotencyTransport } from './idempotency-transport.interface.js';
-import { IdempotencyService } from './idempotency.service.js';
+import { type IdempotencyDecision, IdempotencyService } from './idempotency.service.js';
 
 /**
  * Registered app-wide: for a call of a transport the module serves, the transport reads it, `IdempotencyService`
@@ -31,13 +31,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
     try {
       call = await transport.read(context);
       if (!call) return transport.letThrough ? transport.letThrough(context, next) : next.handle();
-      const decision = await this.idempotency.begin(
-        call.scope,
-        call.fingerprint,
-        call.policy,
-        call.terms,
-        transport.name,
-      );
+      const decision = await this.decided(transport, call);
       return await (decision.action === 'replay'
         ? transport.replay(call, decision.response)
         : transport.run(call, decision.run, next));
@@ -46,6 +40,24 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const answer = transport.refusal(error, call, context);
       if (isObservable(answer)) return answer;
       throw answer;
+    }
+  }
+
+  /** The protocol's decision on `call`, claimed again as long as its transport holds it through refusals. */
+  private async decided(transport: IdempotencyTransport, call: IdempotentCall): Promise<IdempotencyDecision> {
+    for (;;) {
+      try {
+        return await this.idempotency.begin(
+          call.scope,
+          call.fingerprint,
+          call.policy,
+          call.terms,
+          transport.name,
+          call.inHand,
+        );
+      } catch (error) {
+        if (!(error instanceof IdempotencyError) || !(await transport.claimAgainAfter?.(error, call))) throw error;
+      }
     }
   }
 }

@@ -40,7 +40,12 @@ import { InFlightWait } from './in-flight-wait.js';
 import { LeaseRenewals } from './lease-renewals.js';
 import { type AttemptOutcome, ClaimEnding } from './claim-ending.js';
 import { describeScope, withTimeout } from './store-bounds.js';
-import { type ClaimedRequest, type RunningAttempt, RunningAttempts } from './running-attempts.js';
+import {
+  type ClaimedRequest,
+  type DrainParticipant,
+  type RunningAttempt,
+  RunningAttempts,
+} from './running-attempts.js';
 import { keyFault, scopeTextFault } from './scope-values.js';
 import { OutcomeSealing } from './outcome-sealing.js';
 import { EnvelopeUnreadableError } from './outcome-envelope.js';
@@ -150,6 +155,19 @@ export class IdempotencyService {
     this.leases.stopAll();
   }
 
+  /** How many attempts the store serves at once (`IdempotencyStore.capacity`); `undefined` when it does not say. */
+  get storeCapacity(): number | undefined {
+    return this.store.capacity;
+  }
+
+  /**
+   * Adds work that the drain waits for besides the running attempts, and stops taking more when it begins: a message
+   * consumer's messages in hand, claimed during the drain too (until its wait is over), so that none is given back.
+   */
+  addDrainParticipant(participant: DrainParticipant): void {
+    this.attempts.addParticipant(participant);
+  }
+
   /** Registers how the attempt's client is answered if shutdown ends the attempt before its handler is done. */
   onAbandoned(run: IdempotencyRun, answer: (error: IdempotencyError) => void): void {
     this.attempts.onAbandoned(run, answer);
@@ -173,7 +191,8 @@ export class IdempotencyService {
    * is refused (422); a key still in progress is refused with a retry hint (409), or, with `inFlight: 'wait'`,
    * awaited for a while; a completed key is replayed. The claim is committed before this resolves, so the
    * work never runs inside the claim's transaction. `transport` is the kind of call, for the module's metrics and
-   * spans (default: `operation`).
+   * spans (default: `operation`). `inHand` says the process already holds the work (a consumer's message), which is
+   * claimed while the drain waits for it rather than refused as shutting down.
    */
   async begin(
     scope: IdempotencyScope,
@@ -181,11 +200,12 @@ export class IdempotencyService {
     policy: IdempotencyPolicy,
     terms: KeyTerms,
     transport: IdempotencyTransportName = 'operation',
+    inHand = false,
   ): Promise<IdempotencyDecision> {
     const attributes = scopeAttributes(scope, transport);
     const decision = await this.telemetry.inSpan('idempotency claim', attributes, async (span) => {
       try {
-        const decided = await this.decide(scope, fingerprint, policy, terms, transport);
+        const decided = await this.decide(scope, fingerprint, policy, { terms, inHand }, transport);
         const outcome = outcomeOf(decided);
         span.setAttribute('idempotency.outcome', outcome);
         this.telemetry.count(outcome, attributes);
@@ -205,7 +225,7 @@ export class IdempotencyService {
     scope: IdempotencyScope,
     fingerprint: string,
     policy: IdempotencyPolicy,
-    terms: KeyTerms,
+    { terms, inHand }: Pick<ClaimedRequest, 'terms' | 'inHand'>,
     transport: IdempotencyTransportName,
   ): Promise<IdempotencyDecision> {
     // A completed record does not change until it expires: one this process has seen is answered from memory.
@@ -219,7 +239,7 @@ export class IdempotencyService {
     let waited = false;
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
-      if (this.attempts.drainBegun) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
+      if (this.attempts.refuses(inHand)) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
       const since = this.replays.now();
       const holder = await this.openHolder(scope, policy).catch((error: unknown) => {
@@ -234,7 +254,7 @@ export class IdempotencyService {
       if (result.claimed) {
         wait.stop();
         if (result.takeover) publishIdempotencyEvent('takeover', () => ({ scope, attempt: claim.attempt }));
-        const request = { fingerprint, since, terms };
+        const request = { fingerprint, since, terms, inHand };
         return { action: 'run', run: await this.startAttempt(claim, result.takeover, request, policy, holder) };
       }
       if (holder) void this.claims.discard(holder, policy); // the answer does not wait for its rollback
@@ -294,7 +314,7 @@ export class IdempotencyService {
     holder: StoreTransaction | undefined,
   ): Promise<IdempotencyRun> {
     const run = await this.attempts.starts(() => this.startRun(claim, takeover, policy, holder), request, policy);
-    if (this.attempts.drainBegun) {
+    if (this.attempts.refuses(request.inHand)) {
       await this.finish(run, { response: undefined, failed: true }, policy);
       throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
     }
@@ -383,7 +403,7 @@ export class IdempotencyService {
       throw error;
     }
     const response = { status: 200, headers: { 'content-type': 'application/json' }, body };
-    const refusal = await this.finish(run, { response, failed: false }, policy);
+    const refusal = await this.finish(run, { response, failed: false, final: true }, policy);
     if (refusal) throw refusal;
     return { result: parseResult<T>(response), replayed: false };
   }
@@ -405,7 +425,7 @@ export class IdempotencyService {
     const timing = { leaseSeconds: policy.leaseSeconds, ttlSeconds: policy.ttlSeconds };
     const claiming = this.store.claim(claim.scope, fingerprint, claim.attempt, timing, holder);
     return withTimeout(claiming, policy, 'claim').catch((error: unknown) => {
-      this.logger.error(`Claiming ${describeScope(claim.scope)} failed; the request is refused with 503: ${error}`);
+      this.logger.error(`Claiming ${describeScope(claim.scope)} failed (the store is unavailable): ${error}`);
       publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'claim', scope: claim.scope, error }));
       // A claim that lands after its request was refused would block the key for a lease: give it back.
       claiming.then((late) => late.claimed && this.store.release(claim)).catch(() => undefined);
@@ -458,7 +478,7 @@ export class IdempotencyService {
     } catch (error) {
       opening.then((late) => late?.rollback()).catch(() => undefined);
       this.logger.error(
-        `Opening the transaction of ${describeScope(scope)} failed; the request is refused with 503: ${error}`,
+        `Opening the transaction of ${describeScope(scope)} failed (the store is unavailable): ${error}`,
       );
       publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'beginTransaction', scope, error }));
       throw new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);

@@ -52,7 +52,7 @@ export class InFlightWait {
       marked = await withTimeout(this.store.markAwaited(this.scope), this.policy, 'marking the record awaited');
     } catch (error) {
       listening.cancel();
-      this.logger.error(`Waiting for ${describeScope(this.scope)} failed; the request is refused with 503: ${error}`);
+      this.logger.error(`Waiting for ${describeScope(this.scope)} failed (the store is unavailable): ${error}`);
       publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'markAwaited', scope: this.scope, error }));
       throw new IdempotencyStoreUnavailableError(this.policy.retryAfterSeconds);
     }

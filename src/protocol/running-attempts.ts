@@ -10,6 +10,23 @@ export interface ClaimedRequest {
   fingerprint: string;
   since: Instant;
   terms: KeyTerms;
+  /** Work the process already holds (a consumer's message): claimed during the drain too, until its wait is over. */
+  inHand: boolean;
+}
+
+/**
+ * Work a transport holds besides its running attempts, which the drain waits for too: a message consumer's messages
+ * in hand (delivered and not yet settled), which it runs rather than give back, so that none spends a delivery.
+ */
+export interface DrainParticipant {
+  /** How much is in hand now, for the drain's log. */
+  readonly inHand: number;
+  /** The drain has begun: take no more work (a consumer stops taking messages from its broker). */
+  stopTaking(): void;
+  /** Resolves once nothing is in hand. */
+  idle(): Promise<void>;
+  /** The drain's wait is over: what is still in hand and not yet running goes back (to another instance). */
+  giveBack(): void;
 }
 
 /** An attempt between its claim and its finish: what it was claimed for, and how shutdown sees it. */
@@ -25,8 +42,9 @@ export interface RunningAttempt extends ClaimedRequest {
 
 /**
  * The attempts of this process between their claim and their finish, and graceful shutdown's drain of them: new
- * claims are refused once it has begun, running attempts get `timeoutSeconds` to finish and store their outcomes,
- * and those still running then are abandoned (by `abandon`: their claims released, their clients answered 503).
+ * claims are refused once it has begun (but those of work in hand), running attempts and the work in hand get
+ * `timeoutSeconds` to finish and store their outcomes, and those still running then are abandoned (by `abandon`:
+ * their claims released, their clients answered 503), the work in hand not yet running given back.
  */
 export class RunningAttempts {
   private readonly attempts = new Map<IdempotencyRun, RunningAttempt>();
@@ -35,6 +53,9 @@ export class RunningAttempts {
   /** Resolves the drain's wait once the last running attempt has finished. */
   private idle?: () => void;
   private draining?: Promise<void>;
+  /** The drain's wait is over: every claim is refused, work in hand too. */
+  private closing = false;
+  private readonly participants: DrainParticipant[] = [];
 
   constructor(
     private readonly logger: Logger,
@@ -45,6 +66,16 @@ export class RunningAttempts {
   /** Whether the drain has begun: new claims are refused from then on. */
   get drainBegun(): boolean {
     return this.draining !== undefined;
+  }
+
+  /** Whether a claim is refused as shutting down: any once the drain has begun, one of work in hand once its wait is over. */
+  refuses(inHand: boolean): boolean {
+    return inHand ? this.closing : this.drainBegun;
+  }
+
+  /** Adds work the drain waits for besides the running attempts. */
+  addParticipant(participant: DrainParticipant): void {
+    this.participants.push(participant);
   }
 
   get(run: IdempotencyRun): RunningAttempt | undefined {
@@ -84,17 +115,22 @@ export class RunningAttempts {
 
   private async drainOnce(abandon: (run: IdempotencyRun, attempt: RunningAttempt) => Promise<void>): Promise<void> {
     const { timeoutSeconds } = this;
-    if (this.active() > 0) {
+    for (const participant of this.participants) participant.stopTaking();
+    const inHand = this.participants.reduce((sum, participant) => sum + participant.inHand, 0);
+    if (this.active() > 0 || inHand > 0) {
       this.logger.log(
-        `Shutting down: waiting up to ${timeoutSeconds} s for ${this.active()} running idempotent attempt(s).`,
+        `Shutting down: waiting up to ${timeoutSeconds} s for ${this.active()} running idempotent attempt(s)` +
+          (inHand > 0 ? ` and ${inHand} message(s) in hand.` : '.'),
       );
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
-        new Promise<void>((resolve) => (this.idle = resolve)),
+        this.settled(),
         new Promise<void>((resolve) => (timer = setTimeout(resolve, timeoutSeconds * 1000))),
       ]);
       clearTimeout(timer);
     }
+    this.closing = true;
+    for (const participant of this.participants) participant.giveBack();
     const finishing = new Promise<void>((resolve) => (this.idle = resolve));
     await Promise.all(
       [...this.attempts]
@@ -109,6 +145,12 @@ export class RunningAttempts {
     if (this.active() > 0) {
       await withTimeout(finishing, { storeTimeoutSeconds: timeoutSeconds }, 'writing outcomes').catch(() => undefined);
     }
+  }
+
+  /** Resolves once the work in hand is done and no attempt is left running (work in hand starts attempts). */
+  private async settled(): Promise<void> {
+    await Promise.all(this.participants.map((participant) => participant.idle()));
+    if (this.active() > 0) await new Promise<void>((resolve) => (this.idle = resolve));
   }
 
   /** Attempts whose outcome is still to be written (abandoned ones have none). */

@@ -1,9 +1,9 @@
 import type { RmqContext } from '@nestjs/microservices';
-import type { MessageDelivery } from '../messages/message-delivery.interface.js';
+import type { MessageConsumer, MessageDelivery } from '../messages/message-delivery.interface.js';
 
 /** The fields of amqplib's message that a delivery reads and settles by. */
 interface AmqpMessage {
-  fields: { redelivered: boolean };
+  fields: { redelivered: boolean; consumerTag: string };
   properties: Record<string, unknown> & { headers?: Record<string, unknown> };
 }
 
@@ -11,6 +11,38 @@ interface AmqpMessage {
 interface AmqpChannel {
   ack(message: AmqpMessage): void;
   nack(message: AmqpMessage, allUpTo?: boolean, requeue?: boolean): void;
+  cancel(consumerTag: string): Promise<unknown>;
+}
+
+/** The consumers seen, one handle each, by channel and consumer tag: stopping one cancels it once. */
+const consumers = new WeakMap<AmqpChannel, Map<string, MessageConsumer>>();
+
+/**
+ * The consumer a message came on (Nest's server consumes its queue with one consumer per channel). Stopping it sends
+ * `basic.cancel`: RabbitMQ delivers nothing more to it, and the messages it delivered stay unacknowledged on the
+ * channel, to be settled there (a closed channel would give them back, which a quorum queue counts as a delivery).
+ */
+function consumerOf(channel: AmqpChannel, consumerTag: string): MessageConsumer {
+  let byTag = consumers.get(channel);
+  if (!byTag) consumers.set(channel, (byTag = new Map<string, MessageConsumer>()));
+  let consumer = byTag.get(consumerTag);
+  if (!consumer) {
+    let stopped = false;
+    consumer = {
+      stop: () => {
+        if (stopped) return;
+        stopped = true;
+        // A channel closed meanwhile has no consumer left to cancel (amqplib throws, or rejects).
+        try {
+          channel.cancel(consumerTag).catch(() => undefined);
+        } catch {
+          // as above
+        }
+      },
+    };
+    byTag.set(consumerTag, consumer);
+  }
+  return consumer;
 }
 
 /**
@@ -26,6 +58,10 @@ export class RabbitMqDelivery implements MessageDelivery {
   constructor(context: RmqContext) {
     this.message = context.getMessage() as AmqpMessage;
     this.channel = context.getChannelRef() as AmqpChannel;
+  }
+
+  get consumer(): MessageConsumer {
+    return consumerOf(this.channel, this.message.fields.consumerTag);
   }
 
   /** A quorum queue counts the deliveries before this one in `x-delivery-count`; a classic queue only flags a redelivery. */

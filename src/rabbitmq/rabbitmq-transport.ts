@@ -1,6 +1,6 @@
 import { Inject, Injectable } from '@nestjs/common';
-import { Reflector } from '@nestjs/core';
-import { RmqContext } from '@nestjs/microservices';
+import { ModulesContainer, Reflector } from '@nestjs/core';
+import { RmqContext, Transport } from '@nestjs/microservices';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
@@ -16,6 +16,7 @@ import { RabbitMqDelivery } from './rabbitmq-delivery.js';
 export class RabbitMqTransport extends MessageTransport<RmqContext> {
   constructor(
     reflector: Reflector,
+    modules: ModulesContainer,
     idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions,
     @Inject(RABBITMQ_OPTIONS) options: IdempotencyRabbitMqOptions,
@@ -24,7 +25,9 @@ export class RabbitMqTransport extends MessageTransport<RmqContext> {
     super(
       'rabbitmq',
       RmqContext,
+      Transport.RMQ,
       reflector,
+      modules,
       idempotency,
       moduleOptions,
       resolveConsumerOptions(options, { property: 'messageId' }),

@@ -150,7 +150,7 @@ describe.each(PLATFORMS)('on %s, the headers the application sets on every respo
     expect(logger.errors).toEqual([
       expect.stringMatching(
         new RegExp(
-          `^ERROR \\[Idempotency\\] Claiming key "${key}" of POST /orders failed; the request is refused with 503: `,
+          `^ERROR \\[Idempotency\\] Claiming key "${key}" of POST /orders failed \\(the store is unavailable\\): `,
         ),
       ),
     ]);

@@ -142,7 +142,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         expect(refused.body.error).toBe('idempotency_store_unavailable');
         expect(refused.headers['retry-after']).toBe('2');
         expect(logger.errors).toContain(
-          `ERROR [Idempotency] Claiming key "${key}" of POST /bounded/wait failed; the request is refused with 503: ` +
+          `ERROR [Idempotency] Claiming key "${key}" of POST /bounded/wait failed (the store is unavailable): ` +
             'Error: claim took longer than storeTimeoutSeconds (1 s)',
         );
       } finally {

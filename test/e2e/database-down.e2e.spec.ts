@@ -43,7 +43,7 @@ describe('when the database is gone', () => {
     expect(provider.calls).toBe(1);
     // The sample app is transactional: its transaction opens before the claim, and fails first.
     expect(sampleAppLogger.errors).toContain(
-      `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /v1/charges failed; the request is refused with 503: ` +
+      `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /v1/charges failed (the store is unavailable): ` +
         `error: database "${new URL(db.url).pathname.slice(1)}" does not exist`,
     );
   });

@@ -274,7 +274,7 @@ describe('GraphQL mutations', () => {
       proxy.bringUp();
       expect(answer.status).toBe(200);
       expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_STORE_UNAVAILABLE', retryAfterSeconds: 1 });
-      expect(app.logger.errors).toContainEqual(expect.stringContaining('the request is refused with 503'));
+      expect(app.logger.errors).toContainEqual(expect.stringContaining('(the store is unavailable)'));
       await waitFor(async () => ((await workRowsOf(db, 'store-down')).length === 0 ? true : undefined), 'no run');
     });
 

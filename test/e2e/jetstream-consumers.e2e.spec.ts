@@ -121,7 +121,7 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
       expect(deliveriesRun.get(key('fails-once'))).toEqual([1, 2]);
       const [failed, redelivered] = runTimes.get(key('fails-once')) ?? [];
       expect(redelivered - failed).toBeGreaterThanOrEqual(190);
-      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('it is redelivered in 0.2 s'));
+      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('to be redelivered in 0.2 s'));
     });
 
     it('answers a request whose first delivery failed with the reply of its redelivery', async () => {

@@ -111,7 +111,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
       await completed('fails-once');
       await handled(2);
       expect(await runsOf('fails-once')).toBe(1);
-      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('it is redelivered in 0.2 s'));
+      expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('to be redelivered in 0.2 s'));
     });
 
     it('stores a final error, acknowledges it, and answers its redelivery with the same error', async () => {

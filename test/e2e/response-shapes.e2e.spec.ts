@@ -477,7 +477,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       expect(response.body.error).toBe('idempotency_store_unavailable');
       expect(controller.runsOf('count')).toBe(before);
       expect(logger.errors).toContain(
-        `ERROR [Idempotency] Claiming key "${key}" of POST /shapes/count failed; the request is refused with 503: ` +
+        `ERROR [Idempotency] Claiming key "${key}" of POST /shapes/count failed (the store is unavailable): ` +
           'Error: claim took longer than storeTimeoutSeconds (1 s)',
       );
       // The refused claim lands once the table is free again, and is given back at once.

@@ -1,0 +1,56 @@
+import type { MessageConsumer, MessageDelivery } from './message-delivery.interface.js';
+
+/** How one handler would settle its message. */
+type Vote = { settle: 'ack' } | { settle: 'retryLater'; delayMs: number } | { settle: 'reject' };
+
+/**
+ * The settlement of one message among its idempotent handlers (Nest runs every event handler of a pattern with the
+ * same message): each handler settles its own view of the delivery once, and the message is settled when every
+ * handler expected has: given back (after the longest delay asked) if any must run again, rejected if any refused it
+ * for good, acknowledged when all stored their outcomes. A handler that ran is replayed on a redelivery.
+ */
+export class MessageSettlement {
+  private readonly votes = new Map<string, Vote>();
+  private settled = false;
+
+  constructor(
+    /** The broker's delivery, settled once. */
+    private readonly delivery: MessageDelivery,
+    /** The handlers expected to settle it (`Consumer.method`); those seen settling it are expected too. */
+    private readonly expected: ReadonlySet<string>,
+    /** Told once the message is settled. */
+    private readonly onSettled: () => void,
+  ) {}
+
+  /** The delivery as `consumer`, one of the message's handlers, settles it: its first settlement is its vote. */
+  of(consumer: string): MessageDelivery {
+    const { delivery } = this;
+    const vote = (cast: Vote) => this.vote(consumer, cast);
+    return {
+      get deliveries(): number {
+        return delivery.deliveries;
+      },
+      get consumer(): MessageConsumer {
+        return delivery.consumer;
+      },
+      property: (name) => delivery.property(name),
+      header: (name) => delivery.header(name),
+      ack: () => vote({ settle: 'ack' }),
+      retryLater: (delayMs) => vote({ settle: 'retryLater', delayMs }),
+      reject: () => vote({ settle: 'reject' }),
+    };
+  }
+
+  private vote(consumer: string, cast: Vote): void {
+    if (this.settled || this.votes.has(consumer)) return;
+    this.votes.set(consumer, cast);
+    for (const expected of this.expected) if (!this.votes.has(expected)) return;
+    this.settled = true;
+    const votes = [...this.votes.values()];
+    const retries = votes.flatMap((vote) => (vote.settle === 'retryLater' ? [vote.delayMs] : []));
+    if (retries.length > 0) this.delivery.retryLater(Math.max(...retries));
+    else if (votes.some((vote) => vote.settle === 'reject')) this.delivery.reject();
+    else this.delivery.ack();
+    this.onSettled();
+  }
+}
