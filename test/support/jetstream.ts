@@ -50,6 +50,8 @@ export interface TestStream {
   allSettled(durable: string): Promise<void>;
   /** Stream sequences of the messages `durable` terminated, as JetStream's advisories told them. */
   terminated(durable: string): number[];
+  /** Stream sequences of the messages `durable` gave up on past its `max_deliver`, as JetStream's advisories told them. */
+  pastMaxDeliver(durable: string): number[];
   client: JetStreamClient;
 }
 
@@ -61,13 +63,18 @@ export function useTestStream(prefix: string, name: string): TestStream {
       // 100 ms: the stream drops a copy published within it, as it would a publisher's retry.
       await manager.streams.add({ name, subjects: [`${prefix}.>`], duplicate_window: 100_000_000 });
       const client = new JetStreamClient(connection);
-      const terminations = new Map<string, number[]>();
-      connection.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.${name}.*`, {
-        callback: (_error, message) => {
-          const { consumer, stream_seq } = message.json<{ consumer: string; stream_seq: number }>();
-          terminations.set(consumer, [...(terminations.get(consumer) ?? []), stream_seq]);
-        },
-      });
+      const advised = (advisory: string) => {
+        const sequences = new Map<string, number[]>();
+        connection.subscribe(`$JS.EVENT.ADVISORY.CONSUMER.${advisory}.${name}.*`, {
+          callback: (_error, message) => {
+            const { consumer, stream_seq } = message.json<{ consumer: string; stream_seq: number }>();
+            sequences.set(consumer, [...(sequences.get(consumer) ?? []), stream_seq]);
+          },
+        });
+        return (durable: string) => sequences.get(durable) ?? [];
+      };
+      const terminated = advised('MSG_TERMINATED');
+      const pastMaxDeliver = advised('MAX_DELIVERIES');
       await connection.flush();
       return {
         name,
@@ -97,7 +104,8 @@ export function useTestStream(prefix: string, name: string): TestStream {
             return info.num_pending + info.num_ack_pending === 0 ? true : undefined;
           }, `${durable} to settle every message`);
         },
-        terminated: (durable: string) => terminations.get(durable) ?? [],
+        terminated,
+        pastMaxDeliver,
       };
     },
     async ({ manager, connection, name }) => {

@@ -3,11 +3,16 @@ import { madeBeforeAll } from './made-before-all.js';
 
 /**
  * A TCP proxy in front of a server of the test's (the database, the app), to take it away and give it back,
- * or to lose a response on the wire. While down, every connection is cut and new ones closed as they open.
+ * or to lose a response on the wire. While down, every connection is cut and new ones closed as they open; while
+ * black-holed, nothing passes either way and nothing is refused (a network that drops packets): connections hang,
+ * and carry what was sent meanwhile once it heals.
  */
 export class TcpProxy {
   private readonly sockets = new Set<Socket>();
   private down = false;
+  private blackHoled = false;
+  /** Connections opened while black-holed, connected to the server once it heals. */
+  private readonly waiting: Array<() => void> = [];
   private dropNext = false;
   /** Round trips sent through the proxy: PostgreSQL `Query` and `Sync` messages from its clients. */
   roundTrips = 0;
@@ -16,6 +21,19 @@ export class TcpProxy {
       client.destroy();
       return;
     }
+    if (this.blackHoled) {
+      client.pause();
+      this.sockets.add(client);
+      client.on('close', () => this.sockets.delete(client));
+      client.on('error', () => undefined);
+      this.waiting.push(() => this.forward(client));
+      return;
+    }
+    this.forward(client);
+  });
+
+  private forward(client: Socket): void {
+    if (client.destroyed) return;
     const upstream = connect(this.targetPort, this.targetHost);
     for (const socket of [client, upstream]) {
       this.sockets.add(socket);
@@ -33,7 +51,8 @@ export class TcpProxy {
     }
     client.on('close', () => upstream.destroy());
     upstream.on('close', () => client.destroy());
-  });
+    if (this.blackHoled) for (const socket of [client, upstream]) socket.pause();
+  }
 
   private constructor(
     private readonly targetHost: string,
@@ -69,8 +88,19 @@ export class TcpProxy {
     for (const socket of this.sockets) socket.destroy();
   }
 
+  /** Nothing passes any more, either way, and nothing is refused: open connections and new ones hang. */
+  blackHole(): void {
+    this.blackHoled = true;
+    for (const socket of this.sockets) socket.pause();
+  }
+
+  /** Taken down: accepts connections again. Black-holed: heals, and what waited passes. */
   bringUp(): void {
     this.down = false;
+    if (!this.blackHoled) return;
+    this.blackHoled = false;
+    for (const socket of this.sockets) socket.resume();
+    for (const connect of this.waiting.splice(0)) connect();
   }
 
   async close(): Promise<void> {
