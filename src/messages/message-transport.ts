@@ -66,6 +66,13 @@ const MAX_HOLD_PAUSE_MS = 10_000;
  */
 const CONSUMER_DEFAULTS = { inFlight: 'wait', leaseSeconds: 15 } as const;
 
+/**
+ * What an event's handler answers, whatever became of it: one value (nothing), then the end. Nest joins the answers of
+ * a pattern's event handlers (`forkJoin`), which ends at the first that ends without a value, and `JetStreamServer`
+ * settles a message no one settled when that join ends: before another handler of the message had settled its part.
+ */
+const EVENT_HANDLED: Observable<unknown> = of(undefined);
+
 /** Messages claimed and run at once with a store that does not say its capacity. */
 const DEFAULT_CONCURRENCY = 10;
 
@@ -250,7 +257,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   ): Observable<unknown> {
     if (!plan.request) {
       delivery.ack();
-      return outcome.kind === 'error' && firstTime ? this.loggedFinalError(where, outcome.error) : EMPTY;
+      return outcome.kind === 'error' && firstTime ? this.loggedFinalError(where, outcome.error) : EVENT_HANDLED;
     }
     // Nest publishes a reply on the next tick after the handler's answer; the ack waits for the turn after it.
     const ackAfterReply = () => void setImmediate(() => delivery.ack());
@@ -295,11 +302,11 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       delivery.retryLater(
         error.code === 'idempotency_shutting_down' ? 0 : redeliveryDelayMs(error.retryAfterSeconds, delivery),
       );
-      return request ? NEVER : EMPTY;
+      return request ? NEVER : EVENT_HANDLED;
     }
     this.logger.warn(`A message to ${where} was rejected (${error.code}): ${error.message}`);
     delivery.reject();
-    return request ? new RpcException({ code: error.code, message: error.message }) : EMPTY;
+    return request ? new RpcException({ code: error.code, message: error.message }) : EVENT_HANDLED;
   }
 
   /**
@@ -362,7 +369,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       `The handler of a message to ${where} failed for good (its error is final): the message is acknowledged, and ` +
         `its redeliveries are too, without running it: ${JSON.stringify(stored)}`,
     );
-    return EMPTY;
+    return EVENT_HANDLED;
   }
 
   /**
@@ -382,7 +389,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
         `${delayMs / 1000} s (a delivery of its limit): ${error}`,
     );
     delivery.retryLater(delayMs);
-    return request ? NEVER : EMPTY;
+    return request ? NEVER : EVENT_HANDLED;
   }
 
   private warnRunWithoutKey(pattern: string, keyName: string): void {

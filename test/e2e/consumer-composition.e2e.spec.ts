@@ -1,14 +1,17 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { Controller } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import { DataSource } from 'typeorm';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
 import { canonicalJson } from '../../src/shared/canonical-json.js';
+import { natsJetStream, startJetStreamConsumer, uniquePrefix, useTestStream } from '../support/jetstream.js';
+import type { TestConsumer } from '../support/consumer-app.js';
 import { rabbitmq, type TestQueue, useRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
 import { payoutsConsumer } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
-import { useTcpProxy } from '../support/tcp-proxy.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
 import { WORK_LOG, workRowsOf } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
-
-const PayoutsConsumer = payoutsConsumer({ event: 'payout.requested', request: 'payout.quote' });
 
 /** Waits until the message of `key` has run, or was dead-lettered; resolves to the dead letters taken. */
 async function ranOrDeadLettered(db: TestDatabase, queue: TestQueue, key: string, timeoutMs: number) {
@@ -25,44 +28,57 @@ async function ranOrDeadLettered(db: TestDatabase, queue: TestQueue, key: string
 }
 
 /**
- * Known faults, reported and not fixed (the fix is a design change of how consumers give messages back): each test
- * is `it.failing`, so that the suite passes while they stand and fails once they are fixed, to be turned into `it`.
- * A give-back that is not the message's fault (the database unreachable, a key an orphaned claim holds) costs a
- * delivery of the queue's `x-delivery-limit`, every `retryAfterSeconds`.
+ * Two `@Idempotent()` handlers of one event (Nest runs both with the same message): `audit` runs at once, `notify`
+ * fails the first time it sees a key. Each writes `<handler>:<key>` in work_log.
  */
-describeWith(rabbitmq, 'RabbitMQ consumers given back for what is not their fault', () => {
-  const db = useTestDatabase(WORK_LOG);
+function twoHandlersOf(pattern: string) {
+  const failedOnce = new Set<string>();
 
-  describe('while the database is down', () => {
-    const queue = useTestQueue(5);
-    const proxy = useTcpProxy(db);
-    const consumer = useRabbitMqConsumer(queue, () => ({
-      database: { url: proxy.urlFor(db.url) },
-      pool: { max: 3, connectionTimeoutMillis: 1000 },
-      idempotency: { singleTenant: true, retryAfterSeconds: 0.2, storeTimeoutSeconds: 1 },
-      controllers: [PayoutsConsumer],
-    }));
+  @Controller()
+  class PayoutEffects {
+    constructor(
+      private readonly dataSource: DataSource,
+      private readonly idempotency: IdempotencyContext,
+    ) {}
 
-    it.failing(
-      'keep the message, and run it once the database is back',
-      async () => {
-        proxy.takeDown();
-        await queue.publish('payout.requested', { amount: 3 }, { messageId: 'database-down' });
-        // More failed claims than the queue's delivery limit (an outage longer than 5 × retryAfterSeconds), or the
-        // message dead-lettered first.
-        const claimsFailed = () => consumer.logger.errors.filter((line) => line.includes('"database-down"')).length;
-        const dead: unknown[] = [];
-        await waitFor(async () => {
-          dead.push(...(await queue.takeDeadLetters()));
-          return claimsFailed() > 5 || dead.length > 0 ? true : undefined;
-        }, 'the claims to fail');
-        proxy.bringUp();
-        dead.push(...(await ranOrDeadLettered(db, queue, 'database-down', 15_000)));
-        expect(dead).toEqual([]);
-      },
-      30_000,
+    @Idempotent()
+    @EventPattern(pattern)
+    async audit(@Payload() _payout: unknown): Promise<void> {
+      await this.write('audit');
+    }
+
+    @Idempotent()
+    @EventPattern(pattern)
+    async notify(@Payload() _payout: unknown): Promise<void> {
+      const key = this.idempotency.run?.scope.key as string;
+      if (!failedOnce.has(key)) {
+        failedOnce.add(key);
+        throw new Error('the notification service timed out');
+      }
+      await this.write('notify');
+    }
+
+    private async write(handler: string): Promise<void> {
+      await this.dataSource.query('INSERT INTO work_log (key) VALUES ($1)', [
+        `${handler}:${this.idempotency.run?.scope.key}`,
+      ]);
+    }
+  }
+  return PayoutEffects;
+}
+
+/** Both handlers' effects of `key`, once each, and nothing more after a while. */
+async function expectBothOnce(db: TestDatabase, key: string): Promise<void> {
+  const effects = async () =>
+    (await db.query<{ key: string }>('SELECT key FROM work_log WHERE key LIKE $1 ORDER BY key', [`%:${key}`])).map(
+      (row) => row.key,
     );
-  });
+  await waitFor(async () => ((await effects()).length >= 2 ? true : undefined), `both handlers' effects of ${key}`);
+  expect(await effects()).toEqual([`audit:${key}`, `notify:${key}`]);
+}
+
+describeWith(rabbitmq, 'RabbitMQ consumers composed as applications compose them', () => {
+  const db = useTestDatabase(WORK_LOG);
 
   describe("with inFlight: 'conflict' module-wide, after a consumer died holding the key", () => {
     const queue = useTestQueue(5);
@@ -73,22 +89,107 @@ describeWith(rabbitmq, 'RabbitMQ consumers given back for what is not their faul
       controllers: [PayoutsConsumer],
     }));
 
-    it.failing(
-      'run the redelivered message once the dead claim lapses',
-      async () => {
-        const payload = { amount: 4 };
-        // What a consumer SIGKILLed in its handler leaves in standard mode: its claim, with the consumers' lease (15 s).
-        await db.query(
-          `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
+    it('hold the redelivered message, and run it once the dead claim lapses', async () => {
+      const payload = { amount: 4 };
+      // What a consumer SIGKILLed in its handler leaves in standard mode: its claim, with the consumers' lease (15 s).
+      await db.query(
+        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
            created_at, locked_until, expires_at, lock_held)
          VALUES ('', 'rabbitmq payout.requested PayoutsConsumer.pay', 'orphaned', $1, 'in_progress', $2, 1, now(),
            now() + interval '15 seconds', now() + interval '1 day', false)`,
-          [createHash('sha256').update(canonicalJson(payload)).digest('hex'), randomUUID()],
-        );
-        await queue.publish('payout.requested', payload, { messageId: 'orphaned' });
-        expect(await ranOrDeadLettered(db, queue, 'orphaned', 30_000)).toEqual([]);
-      },
-      40_000,
+        [createHash('sha256').update(canonicalJson(payload)).digest('hex'), randomUUID()],
+      );
+      await queue.publish('payout.requested', payload, { messageId: 'orphaned' });
+      expect(await ranOrDeadLettered(db, queue, 'orphaned', 30_000)).toEqual([]);
+    }, 40_000);
+  });
+
+  describe('two idempotent handlers of one event, one failing once', () => {
+    const queue = useTestQueue(5);
+    const consumer = useRabbitMqConsumer(queue, () => ({
+      database: db,
+      pool: { max: 4 },
+      idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+      controllers: [twoHandlersOf('payout.settled')],
+    }));
+
+    it('settles the message once both stored their outcomes: each effect once, the first replayed', async () => {
+      await queue.publish('payout.settled', { amount: 5 }, { messageId: 'two-handlers' });
+      await expectBothOnce(db, 'two-handlers');
+      await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the queue to be empty');
+      await consumer.close();
+      expect(await queue.ready()).toBe(0);
+      expect(await queue.takeDeadLetters()).toEqual([]);
+    });
+  });
+
+  describe.each([
+    ['leaves out 422', (status: number) => status < 500 && status !== 422],
+    ['keeps only 2xx', (status: number) => status >= 200 && status < 300],
+  ])('a module-wide isFinalStatus that %s (HTTP’s option)', (_name, isFinalStatus) => {
+    const runs = new Map<string, number>();
+    const Consumer = payoutsConsumer<unknown>({ event: 'payout.requested', request: 'payout.quote' }, (key) =>
+      runs.set(key, (runs.get(key) ?? 0) + 1),
     );
+    const queue = useTestQueue(5);
+    const consumer = useRabbitMqConsumer(queue, () => ({
+      database: db,
+      pool: { max: 4 },
+      idempotency: { singleTenant: true, isFinalStatus, retryAfterSeconds: 0.2 },
+      controllers: [Consumer],
+    }));
+
+    it.each([
+      ['an RpcException', 'final'],
+      ["a ValidationPipe's 400", 'invalid'],
+    ])('stores a final error (%s): its message redelivered and published again runs once', async (_error, mode) => {
+      const key = `final-${mode}-${isFinalStatus(422) ? 'x' : 'y'}-${randomUUID()}`;
+      const handled = consumer.handled.count;
+      await queue.publish('payout.requested', { amount: 1, mode }, { messageId: key });
+      await waitFor(async () => (consumer.handled.count > handled ? true : undefined), 'the message handled');
+      await waitFor(
+        async () =>
+          (
+            await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [
+              key,
+            ])
+          )[0]?.status === 'completed'
+            ? true
+            : undefined,
+        'its final error stored',
+      );
+      await queue.publish('payout.requested', { amount: 1, mode }, { messageId: key });
+      await waitFor(async () => (consumer.handled.count > handled + 1 ? true : undefined), 'the copy handled');
+      expect(runs.get(key)).toBe(1);
+      expect(await queue.takeDeadLetters()).toEqual([]);
+    });
   });
 });
+
+describeWith(natsJetStream, 'a JetStream consumer with two idempotent handlers of one event, one failing once', () => {
+  const db = useTestDatabase(WORK_LOG);
+  const prefix = uniquePrefix();
+  const stream = useTestStream(prefix, `${prefix}_two`);
+  let consumer: TestConsumer;
+  beforeAll(async () => {
+    consumer = await startJetStreamConsumer(
+      {
+        database: db,
+        pool: { max: 4 },
+        idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+        controllers: [twoHandlersOf(`${prefix}.settled`)],
+      },
+      { stream: stream.name, durable: 'effects', subjects: [`${prefix}.>`], provision: 'consumer', maxDeliver: 5 },
+    );
+  });
+  afterAll(() => consumer.close());
+
+  it('acknowledges the message once both stored their outcomes: each effect once', async () => {
+    await stream.publish(`${prefix}.settled`, { amount: 5 }, { msgId: 'js-two-handlers' });
+    await expectBothOnce(db, 'js-two-handlers');
+    await stream.allSettled('effects');
+    expect(stream.pastMaxDeliver('effects')).toEqual([]);
+  });
+});
+
+const PayoutsConsumer = payoutsConsumer({ event: 'payout.requested', request: 'payout.quote' });
