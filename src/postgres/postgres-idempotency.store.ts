@@ -64,10 +64,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   /** The records table's OID, from which scope lock keys are derived; fetched once, at first use. */
   private tableOid?: Promise<string>;
 
-  /** Transactional attempts run at once, each on a pooled connection of its own (the pool's size less two). */
-  get capacity(): number {
-    return this.transactionSlots.capacity;
-  }
+  /**
+   * Transactional attempts that run at once, each on a pooled connection of its own: the transaction slots (the
+   * pool's size less two), less the one the LISTEN connection holds when it is the data source's.
+   */
+  readonly capacity: number;
 
   constructor(
     private readonly dataSource: DataSource,
@@ -85,6 +86,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     };
     const poolMax = extra?.max ?? poolSize ?? 10;
     this.transactionSlots = new TransactionSlots(Math.max(1, poolMax - 2));
+    let listensOnThePool = false;
     // A holder transaction takes its connection before its claim does: it needs a pool that still has one for the
     // claim once a slot and the LISTEN connection are taken (a pool of 1 or 2 would leave every claim waiting until
     // it times out). Behind a transaction pooler, none either (see beginHoldingTransaction). And none under an
@@ -108,7 +110,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       );
     } else {
       this.outcomeWaits = new ChangeListener(channel, dataSourceSession(dataSource, this.transactionSlots));
+      listensOnThePool = this.transactionSlots.capacity > 1;
     }
+    this.capacity = this.transactionSlots.capacity - (listensOnThePool ? 1 : 0);
   }
 
   async claim(

@@ -32,6 +32,8 @@ export interface TestQueue {
   queueOptions: { durable: true; arguments: Record<string, unknown> };
   /** Publishes a message as Nest's RabbitMQ client would an event: `{ pattern, data }`, with AMQP `properties`. */
   publish(pattern: string, data: unknown, properties?: amqp.Options.Publish): Promise<void>;
+  /** Publishes many such messages, confirmed together. */
+  publishAll(messages: Array<{ pattern: string; data: unknown; properties?: amqp.Options.Publish }>): Promise<void>;
   /** Messages ready in the queue (not delivered, or given back and not yet redelivered). */
   ready(): Promise<number>;
   /** The payloads of the messages dead-lettered so far, taken off the dead-letter queue. */
@@ -56,19 +58,26 @@ export function useTestQueue(deliveryLimit = 5): TestQueue {
       const channel = await connection.createConfirmChannel();
       await channel.assertQueue(deadLetters, { durable: true });
       await channel.assertQueue(name, queueOptions);
+      const publishAll = async (
+        messages: Array<{ pattern: string; data: unknown; properties?: amqp.Options.Publish }>,
+      ) => {
+        for (const { pattern, data, properties } of messages) {
+          channel.sendToQueue(name, Buffer.from(JSON.stringify({ pattern, data })), {
+            persistent: true,
+            ...properties,
+          });
+        }
+        await channel.waitForConfirms();
+      };
       return {
         name,
         deadLetters,
         queueOptions,
         connection,
         channel,
-        async publish(pattern: string, data: unknown, properties: amqp.Options.Publish = {}) {
-          channel.sendToQueue(name, Buffer.from(JSON.stringify({ pattern, data })), {
-            persistent: true,
-            ...properties,
-          });
-          await channel.waitForConfirms();
-        },
+        publish: (pattern: string, data: unknown, properties: amqp.Options.Publish = {}) =>
+          publishAll([{ pattern, data, properties }]),
+        publishAll,
         async ready() {
           return (await channel.checkQueue(name)).messageCount;
         },

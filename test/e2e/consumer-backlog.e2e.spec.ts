@@ -1,0 +1,85 @@
+import { Controller } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import { setTimeout as delay } from 'node:timers/promises';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import type { TestConsumer } from '../support/consumer-app.js';
+import { rabbitmq, startRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
+import { describeWith } from '../support/required-service.js';
+import { useTestDatabase } from '../support/test-database.js';
+import { WORK_LOG } from '../support/work-log.js';
+import { waitFor } from '../support/wait-for.js';
+
+/**
+ * A backlog, as a transactional consumer set up the way docs/rabbitmq.md shows meets it: started on 2,000 queued
+ * messages with Nest's default prefetch (0: every message is delivered at once), TypeORM's default pool (10), and every
+ * default of the module. The store serves 7 transactions at once: the consumer runs that many messages at a time, and
+ * holds the rest, unsettled, rather than refuse them once a transaction slot takes longer than `storeTimeoutSeconds`
+ * to free (each refusal spent a delivery of the queue's limit, and dead-lettered many). None is dead-lettered, and
+ * none is refused.
+ *
+ * CI runs it with handlers of `BACKLOG_HANDLER_MS` (200 ms, about a minute in all); `npm run test:consumers-at-scale`
+ * runs it with the 1 s handlers of the report (about five minutes).
+ */
+const MESSAGES = 2_000;
+const HANDLER_MS = Number(process.env.BACKLOG_HANDLER_MS ?? 200);
+
+@Controller()
+class SlowPayouts {
+  constructor(
+    private readonly postgres: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Idempotent()
+  @EventPattern('payout.requested')
+  async pay(@Payload() _payout: unknown): Promise<void> {
+    await (this.postgres.manager as NonNullable<PostgresIdempotencyContext['manager']>).query(
+      'INSERT INTO work_log (key) VALUES ($1)',
+      [this.idempotency.run?.scope.key],
+    );
+    await delay(HANDLER_MS);
+  }
+}
+
+describeWith(rabbitmq, 'a transactional RabbitMQ consumer started on a backlog, as the docs set it up', () => {
+  const db = useTestDatabase(WORK_LOG);
+  const queue = useTestQueue(5);
+  let consumer: TestConsumer | undefined;
+  afterAll(() => consumer?.close());
+
+  it(
+    `runs ${MESSAGES} queued messages once each, holding what waits, and dead-letters none`,
+    async () => {
+      await queue.publishAll(
+        Array.from({ length: MESSAGES }, (_, index) => ({
+          pattern: 'payout.requested',
+          data: { amount: index },
+          properties: { messageId: `backlog-${index}` },
+        })),
+      );
+      consumer = await startRabbitMqConsumer(
+        { database: db, idempotency: { singleTenant: true, transactional: true }, controllers: [SlowPayouts] },
+        queue,
+        { prefetchCount: 0 },
+      );
+      const ran = async () => (await db.query<{ runs: number }>('SELECT count(*)::int AS runs FROM work_log'))[0].runs;
+      let dead = 0;
+      await waitFor(
+        async () => {
+          dead += (await queue.takeDeadLetters()).length;
+          return dead > 0 || (await ran()) >= MESSAGES ? true : undefined;
+        },
+        'every message to run (or one to be dead-lettered)',
+        (MESSAGES * HANDLER_MS) / 2 + 60_000,
+      );
+      expect(dead).toBe(0);
+      const keys = await db.query<{ runs: number }>('SELECT count(DISTINCT key)::int AS runs FROM work_log');
+      expect(keys[0].runs).toBe(MESSAGES);
+      expect(await ran()).toBe(MESSAGES);
+      await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the queue to be empty');
+      expect(consumer.logger.errors).toEqual([]);
+    },
+    (MESSAGES * HANDLER_MS) / 2 + 120_000,
+  );
+});
