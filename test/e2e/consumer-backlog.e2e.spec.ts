@@ -18,7 +18,7 @@ import { waitFor } from '../support/wait-for.js';
  * to free (each refusal spent a delivery of the queue's limit, and dead-lettered many). None is dead-lettered, and
  * none is refused.
  *
- * CI runs it with handlers of `BACKLOG_HANDLER_MS` (200 ms, about a minute in all); `npm run test:consumers-at-scale`
+ * CI runs it with handlers of `BACKLOG_HANDLER_MS` (200 ms, about a minute in all); `npm run test:backlog`
  * runs it with the 1 s handlers of the report (about five minutes).
  */
 const MESSAGES = 2_000;

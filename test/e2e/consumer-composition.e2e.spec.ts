@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { Controller } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
@@ -29,7 +30,7 @@ async function ranOrDeadLettered(db: TestDatabase, queue: TestQueue, key: string
 
 /**
  * Two `@Idempotent()` handlers of one event (Nest runs both with the same message): `audit` runs at once, `notify`
- * fails the first time it sees a key. Each writes `<handler>:<key>` in work_log.
+ * fails the first time it sees a key, once `audit` is done. Each writes `<handler>:<key>` in work_log.
  */
 function twoHandlersOf(pattern: string) {
   const failedOnce = new Set<string>();
@@ -53,6 +54,8 @@ function twoHandlersOf(pattern: string) {
       const key = this.idempotency.run?.scope.key as string;
       if (!failedOnce.has(key)) {
         failedOnce.add(key);
+        // After `audit` has stored its outcome: the message must not be settled by it alone.
+        await delay(300);
         throw new Error('the notification service timed out');
       }
       await this.write('notify');
