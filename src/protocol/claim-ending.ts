@@ -181,7 +181,7 @@ export class ClaimEnding {
       publishIdempotencyEvent('storeUnavailable', () => ({ operation: 'complete', scope: run.scope, error }));
       await this.endTransaction(transaction, 'rollback', policy).catch(() => undefined);
       this.logger.error(
-        `Committing the work and outcome of ${describeScope(run.scope)} failed; the client gets 503, and its retry ` +
+        `Committing the work and outcome of ${describeScope(run.scope)} failed; the attempt is refused as the store being unavailable, and its retry ` +
           `gets the outcome if the commit went through after all, or runs again: ${error}`,
       );
       // If the commit did go through, the record is completed and this release finds nothing to do.
@@ -251,7 +251,8 @@ export class ClaimEnding {
     }
     this.logger.error(
       `Gave up finalizing ${describeScope(claim.scope)} after ${policy.finalizeRetries} retries (${lastError}). The key stays ` +
-        `in progress: retries get 409 until its lease lapses, then the first one runs the handler again.`,
+        `in progress until its lease lapses (its retries refused as in progress, or held by a consumer), then the ` +
+        `first one runs the handler again.`,
     );
     this.telemetry.count('finalize.gave_up', this.telemetry.attributesOf(claim));
     const finalize = response ? 'store' : 'release';

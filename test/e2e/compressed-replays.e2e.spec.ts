@@ -237,7 +237,7 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       expect(JSON.parse(answer.body.toString())).toMatchObject({ error: 'idempotency_store_unavailable' });
       expect(logger.errors).toContain(
         `ERROR [Idempotency] Committing the work and outcome of key "${key}" of POST /compressed/fails-at-commit ` +
-          'failed; the client gets 503, and its retry gets the outcome if the commit went through after all, or runs ' +
+          'failed; the attempt is refused as the store being unavailable, and its retry gets the outcome if the commit went through after all, or runs ' +
           'again: QueryFailedError: duplicate key value violates unique constraint "checked_at_commit_v"',
       );
     });

@@ -399,7 +399,8 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       expect((await first).status).toBe(201);
       const gaveUp =
         `ERROR [Idempotency] Gave up finalizing key "${key}" of POST /std/write after 3 retries (Error: Connection terminated ` +
-        'unexpectedly). The key stays in progress: retries get 409 until its lease lapses, then the first one runs the handler again.';
+        'unexpectedly). The key stays in progress until its lease lapses (its retries refused as in progress, or held by ' +
+        'a consumer), then the first one runs the handler again.';
       await waitFor(async () => (logger.errors.includes(gaveUp) ? true : undefined), 'the finalize to give up');
       proxy.bringUp();
       await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });

@@ -30,7 +30,7 @@ describe('ending a transaction the database does not answer', () => {
       'commits',
       { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false },
       (key: string) =>
-        `Committing the work and outcome of ${scope(key)} failed; the client gets 503, and its retry gets the outcome if ` +
+        `Committing the work and outcome of ${scope(key)} failed; the attempt is refused as the store being unavailable, and its retry gets the outcome if ` +
         'the commit went through after all, or runs again: Error: committing',
     ],
   ])('gives up after storeTimeoutSeconds when it %s, and cuts the connection', async (_case, outcome, failure) => {
