@@ -9,6 +9,7 @@ import type { MessageConsumer, MessageDelivery } from '../messages/message-deliv
  */
 export class JetStreamDelivery implements MessageDelivery {
   private giveBack!: () => void;
+  private acksOnReply = false;
   readonly givenBack = new Promise<void>((resolve) => (this.giveBack = resolve));
 
   constructor(
@@ -37,6 +38,16 @@ export class JetStreamDelivery implements MessageDelivery {
    */
   ack(): void {
     this.message.ack();
+  }
+
+  /** `JetStreamServer` publishes the reply, then calls `replied()`, which acknowledges. */
+  ackAfterReply(): void {
+    this.acksOnReply = true;
+  }
+
+  /** The reply to the request was sent (or it has none): an acknowledgement deferred to it goes out now. */
+  replied(): void {
+    if (this.acksOnReply) this.message.ack();
   }
 
   retryLater(delayMs: number): void {

@@ -163,6 +163,7 @@ export class JetStreamServer
       if (reply === undefined) return;
       // The reply before the settlement: a crash between the two redelivers the request, whose record answers it again.
       if (replyTo) this.reply(replyTo, reply);
+      delivery.replied();
       if ('err' in reply) settlement.retryLater(0);
       else settlement.ack();
     } finally {

@@ -22,6 +22,11 @@ export interface MessageDelivery {
   readonly consumer: MessageConsumer;
   /** Done with: the broker forgets it. */
   ack(): void;
+  /**
+   * Done with, once the reply to this request is sent: a crash between the two leaves the request to be redelivered
+   * (and answered again from its record), rather than acknowledged without a reply.
+   */
+  ackAfterReply(): void;
   /** Not done: the broker delivers it again after `delayMs` (to this consumer or another), counting the delivery. */
   retryLater(delayMs: number): void;
   /** Never to be done: the broker dead-letters it (or drops it without a dead-letter target), and never redelivers it. */

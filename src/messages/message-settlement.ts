@@ -1,7 +1,7 @@
 import type { MessageConsumer, MessageDelivery } from './message-delivery.interface.js';
 
 /** How one handler would settle its message. */
-type Vote = { settle: 'ack' } | { settle: 'retryLater'; delayMs: number } | { settle: 'reject' };
+type Vote = { settle: 'ack' | 'ackAfterReply' } | { settle: 'retryLater'; delayMs: number } | { settle: 'reject' };
 
 /**
  * The settlement of one message among its idempotent handlers (Nest runs every event handler of a pattern with the
@@ -36,6 +36,7 @@ export class MessageSettlement {
       property: (name) => delivery.property(name),
       header: (name) => delivery.header(name),
       ack: () => vote({ settle: 'ack' }),
+      ackAfterReply: () => vote({ settle: 'ackAfterReply' }),
       retryLater: (delayMs) => vote({ settle: 'retryLater', delayMs }),
       reject: () => vote({ settle: 'reject' }),
     };
@@ -50,6 +51,7 @@ export class MessageSettlement {
     const retries = votes.flatMap((vote) => (vote.settle === 'retryLater' ? [vote.delayMs] : []));
     if (retries.length > 0) this.delivery.retryLater(Math.max(...retries));
     else if (votes.some((vote) => vote.settle === 'reject')) this.delivery.reject();
+    else if (votes.some((vote) => vote.settle === 'ackAfterReply')) this.delivery.ackAfterReply();
     else this.delivery.ack();
     this.onSettled();
   }

@@ -3,7 +3,7 @@ import type { ModulesContainer, Reflector } from '@nestjs/core';
 import { type BaseRpcContext, RpcException, type Transport } from '@nestjs/microservices';
 import { PATTERN_HANDLER_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
-import { concat, defer, EMPTY, lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
+import { lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
 import { resolveAccount } from '../protocol/account-resolution.js';
 import { jsonFingerprint } from '../protocol/json-fingerprint.js';
 import { runUnguarded, runWithin } from '../protocol/current-run.js';
@@ -245,8 +245,8 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
 
   /**
    * The message's outcome, stored (or replayed), answered and acknowledged: an event's at once; a request's once its
-   * reply is sent (Nest publishes it on the next tick), so that a crash between the two redelivers the request, whose
-   * record answers it again, rather than leave its caller without a reply.
+   * reply is sent (each broker's delivery knows when that is), so that a crash between the two redelivers the request,
+   * whose record answers it again, rather than leave its caller without a reply.
    */
   private acknowledged(
     plan: MessagePlan,
@@ -259,13 +259,8 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       delivery.ack();
       return outcome.kind === 'error' && firstTime ? this.loggedFinalError(where, outcome.error) : EVENT_HANDLED;
     }
-    // Nest publishes a reply on the next tick after the handler's answer; the ack waits for the turn after it.
-    const ackAfterReply = () => void setImmediate(() => delivery.ack());
-    if (outcome.kind === 'error') return defer(() => (ackAfterReply(), throwError(() => finalError(outcome.error))));
-    return concat(
-      of(outcome.value),
-      defer(() => (ackAfterReply(), EMPTY)),
-    );
+    delivery.ackAfterReply();
+    return outcome.kind === 'error' ? throwError(() => finalError(outcome.error)) : of(outcome.value);
   }
 
   /** An idempotent handler run without a key (`withoutKey: 'run'`): its message is settled as a guarded one's. */

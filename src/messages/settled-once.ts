@@ -34,6 +34,10 @@ export class SettledOnce implements MessageDelivery {
     this.settle('acknowledge', () => this.delivery.ack());
   }
 
+  ackAfterReply(): void {
+    this.settle('acknowledge', () => this.delivery.ackAfterReply());
+  }
+
   retryLater(delayMs: number): void {
     this.settle('give back', () => this.delivery.retryLater(delayMs));
   }

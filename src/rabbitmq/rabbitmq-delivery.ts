@@ -83,6 +83,17 @@ export class RabbitMqDelivery implements MessageDelivery {
     this.channel.ack(this.message);
   }
 
+  /** Nest's server publishes a reply on the tick after the handler's answer: the ack waits for the turn after it. */
+  ackAfterReply(): void {
+    setImmediate(() => {
+      try {
+        this.ack();
+      } catch {
+        // The channel closed meanwhile: the broker redelivers the request, whose record answers it again.
+      }
+    });
+  }
+
   retryLater(delayMs: number): void {
     if (delayMs <= 0) return this.channel.nack(this.message, false, true);
     setTimeout(() => {

@@ -178,8 +178,8 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       );
       for (const key of refused) {
         expect(logger.errors).toContain(
-          `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /bounded/tx failed; the request is refused ` +
-            'with 503: Error: no connection slot became free within 1000 ms',
+          `ERROR [Idempotency] Opening the transaction of key "${key}" of POST /bounded/tx failed (the store is ` +
+            'unavailable): Error: no connection slot became free within 1000 ms',
         );
       }
       return { running: entered, answers };

@@ -132,6 +132,7 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
     });
 
     it('stores a final error, acknowledges it, and answers its redelivery with the same error', async () => {
+      const handledBefore = consumer.handled.count;
       const first = await stream.request(QUOTE, { amount: 1, mode: 'final' }, key('final'));
       expect(JSON.parse(first.toString())).toEqual({ err: { reason: 'insufficient_funds' } });
       expect(await statusOf(db, key('final'))).toBe('completed');
@@ -139,6 +140,9 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
       expect(second.equals(first)).toBe(true);
       expect(deliveriesRun.get(key('final'))).toEqual([1]);
       await allSettled();
+      // Each request delivered once: acknowledged after its reply, never given back for the error it answered.
+      expect(consumer.handled.count - handledBefore).toBe(2);
+      expect(stream.pastMaxDeliver(DURABLE)).toEqual([]);
     });
 
     it('terminates a message without a key, and one whose key was used with another payload', async () => {

@@ -13,6 +13,7 @@ function recordedDelivery(): MessageDelivery & { settlements: string[] } {
     property: () => undefined,
     header: () => undefined,
     ack: () => settlements.push('ack'),
+    ackAfterReply: () => settlements.push('ackAfterReply'),
     retryLater: (delayMs) => settlements.push(`retryLater ${delayMs}`),
     reject: () => settlements.push('reject'),
   };
@@ -30,6 +31,12 @@ describe('MessageSettlement: one message among its idempotent handlers', () => {
     settlement.of('Effects.notify').ack();
     expect(delivery.settlements).toEqual(['ack']);
     expect(settled).toBe(1);
+  });
+
+  it("is acknowledged after a request's reply when its handler asked for that", () => {
+    const delivery = recordedDelivery();
+    new MessageSettlement(delivery, new Set(), () => undefined).of('Quotes.create').ackAfterReply();
+    expect(delivery.settlements).toEqual(['ackAfterReply']);
   });
 
   it('is given back, after the longest delay asked, when any handler must run again', () => {
