@@ -3,6 +3,7 @@ import type { ModulesContainer, Reflector } from '@nestjs/core';
 import type { Transport } from '@nestjs/microservices';
 import { PATTERN_HANDLER_METADATA, PATTERN_METADATA, TRANSPORT_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
+import { transformPatternToRoute } from '@nestjs/microservices/utils/transform-pattern.utils.js';
 import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
 
 /** A controller's handler method, as it is on its prototype. */
@@ -42,8 +43,7 @@ export function* idempotentMessageHandlers(
 /**
  * The idempotent event handlers of each pattern (as `Consumer.method`), on a server of `transport` (Nest's built-in
  * transport of the broker, or `undefined` for a custom one): Nest runs every event handler of a pattern with one
- * message, and the message is settled once each has stored its outcome. String patterns only; a message of another
- * pattern is settled by the handlers seen to run it.
+ * message, and the message is settled once each has stored its outcome. Keyed by `patternKey()`.
  */
 export function idempotentEventHandlersByPattern(
   modules: ModulesContainer,
@@ -57,11 +57,26 @@ export function idempotentEventHandlersByPattern(
     const only = Reflect.getMetadata(TRANSPORT_METADATA, handler) as Transport | symbol | undefined;
     if (only !== undefined && only !== transport) continue;
     for (const pattern of [Reflect.getMetadata(PATTERN_METADATA, handler) as unknown].flat()) {
-      if (typeof pattern !== 'string') continue;
-      const consumers = byPattern.get(pattern) ?? new Set<string>();
+      const key = patternKey(pattern);
+      const consumers = byPattern.get(key) ?? new Set<string>();
       consumers.add(`${controller.name}.${handler.name}`);
-      byPattern.set(pattern, consumers);
+      byPattern.set(key, consumers);
     }
   }
   return byPattern;
+}
+
+/**
+ * A pattern as Nest routes it (an object's keys sorted), whether from a handler's metadata or a message's context (an
+ * object pattern arrives there as JSON text).
+ */
+export function patternKey(pattern: unknown): string {
+  if (typeof pattern === 'string' && pattern.startsWith('{')) {
+    try {
+      return transformPatternToRoute(JSON.parse(pattern) as Record<string, string>);
+    } catch {
+      return pattern;
+    }
+  }
+  return transformPatternToRoute(pattern as string);
 }

@@ -4,6 +4,13 @@ import type { MessageConsumer, MessageDelivery } from './message-delivery.interf
 type Vote = { settle: 'ack' | 'ackAfterReply' } | { settle: 'retryLater'; delayMs: number } | { settle: 'reject' };
 
 /**
+ * How long a message whose handlers seen have all settled their parts waits for the others expected to be seen: Nest
+ * starts every handler of a message at once, so one not seen by then was refused before the module's interceptor (a
+ * guard), or is not one of the message's handlers after all.
+ */
+const ABSENT_HANDLERS_WAIT_MS = 1_000;
+
+/**
  * The settlement of one message among its idempotent handlers (Nest runs every event handler of a pattern with the
  * same message): each handler settles its own view of the delivery once, and the message is settled when every
  * handler expected has: given back (after the longest delay asked) if any must run again, rejected if any refused it
@@ -11,7 +18,10 @@ type Vote = { settle: 'ack' | 'ackAfterReply' } | { settle: 'retryLater'; delayM
  */
 export class MessageSettlement {
   private readonly votes = new Map<string, Vote>();
+  /** The handlers seen, settling their parts or about to. */
+  private readonly seen = new Set<string>();
   private settled = false;
+  private absentTimer?: NodeJS.Timeout;
 
   constructor(
     /** The broker's delivery, settled once. */
@@ -20,10 +30,14 @@ export class MessageSettlement {
     private readonly expected: ReadonlySet<string>,
     /** Told once the message is settled. */
     private readonly onSettled: () => void,
+    /** Told of the handlers expected that were never seen, when the message is settled without them. */
+    private readonly onAbsent: (consumers: string[]) => void = () => undefined,
   ) {}
 
   /** The delivery as `consumer`, one of the message's handlers, settles it: its first settlement is its vote. */
   of(consumer: string): MessageDelivery {
+    this.seen.add(consumer);
+    clearTimeout(this.absentTimer);
     const { delivery } = this;
     const vote = (cast: Vote) => this.vote(consumer, cast);
     return {
@@ -45,7 +59,21 @@ export class MessageSettlement {
   private vote(consumer: string, cast: Vote): void {
     if (this.settled || this.votes.has(consumer)) return;
     this.votes.set(consumer, cast);
-    for (const expected of this.expected) if (!this.votes.has(expected)) return;
+    const absent = [...this.expected].filter((expected) => !this.votes.has(expected));
+    if (absent.length === 0) return this.settle();
+    // Every handler seen has settled its part: those expected and not seen may never come (refused by a guard).
+    if ([...this.seen].every((seen) => this.votes.has(seen))) {
+      clearTimeout(this.absentTimer);
+      this.absentTimer = setTimeout(() => {
+        this.onAbsent(absent.filter((expected) => !this.seen.has(expected)));
+        this.settle();
+      }, ABSENT_HANDLERS_WAIT_MS);
+      this.absentTimer.unref();
+    }
+  }
+
+  private settle(): void {
+    if (this.settled) return;
     this.settled = true;
     const votes = [...this.votes.values()];
     const retries = votes.flatMap((vote) => (vote.settle === 'retryLater' ? [vote.delayMs] : []));

@@ -32,7 +32,7 @@ import { type ResolvedConsumerOptions, keyNameOf } from './message-consumer-opti
 import { SettledOnce } from './settled-once.js';
 import { MessageSettlement } from './message-settlement.js';
 import { GivenBackAtShutdown, MessagesInHand } from './messages-in-hand.js';
-import { idempotentEventHandlersByPattern } from './idempotent-message-handlers.js';
+import { idempotentEventHandlersByPattern, patternKey } from './idempotent-message-handlers.js';
 
 /** What a message transport knows of an idempotent handler once. */
 interface MessagePlan {
@@ -92,6 +92,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
    */
   private readonly settlements = new WeakMap<object, MessageSettlement>();
   private readonly warnedWithoutKey = new Set<string>();
+  private readonly warnedAbsent = new Set<string>();
   private readonly inHand: MessagesInHand;
   /** The idempotent event handlers of each pattern, read from the application's controllers at the first message. */
   private eventHandlers?: Map<string, ReadonlySet<string>>;
@@ -314,8 +315,13 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     if (!settlement) {
       const delivery = new SettledOnce(this.deliveryOf(messageContext), this.logger);
       this.eventHandlers ??= idempotentEventHandlersByPattern(this.modules, this.reflector, this.nestTransport);
-      const expected = this.eventHandlers.get(this.patternOf(messageContext)) ?? new Set<string>();
-      const taken: MessageSettlement = new MessageSettlement(delivery, expected, () => this.inHand.settled(taken));
+      const expected = this.eventHandlers.get(patternKey(this.patternOf(messageContext))) ?? new Set<string>();
+      const taken: MessageSettlement = new MessageSettlement(
+        delivery,
+        expected,
+        () => this.inHand.settled(taken),
+        (absent) => this.warnAbsentHandlers(absent),
+      );
       settlement = taken;
       this.settlements.set(messageContext, settlement);
       this.inHand.taken(settlement, delivery.consumer);
@@ -385,6 +391,17 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     );
     delivery.retryLater(delayMs);
     return request ? NEVER : EVENT_HANDLED;
+  }
+
+  /** Handlers of a message expected to settle it that never ran (a guard refused them), warned of once each. */
+  private warnAbsentHandlers(absent: string[]): void {
+    const unwarned = absent.filter((consumer) => !this.warnedAbsent.has(consumer));
+    if (unwarned.length === 0) return;
+    for (const consumer of unwarned) this.warnedAbsent.add(consumer);
+    this.logger.warn(
+      `The idempotent handler(s) ${unwarned.join(', ')} of a message did not run (refused before the module's ` +
+        'interceptor, by a guard say): the message was settled by the outcomes of its other handlers.',
+    );
   }
 
   private warnRunWithoutKey(pattern: string, keyName: string): void {

@@ -1,6 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
-import { Controller } from '@nestjs/common';
+import { type CanActivate, Controller, UseGuards } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext } from '../../src/index.js';
@@ -28,11 +28,19 @@ async function ranOrDeadLettered(db: TestDatabase, queue: TestQueue, key: string
   return dead;
 }
 
+/** Refuses every message: a guard that keeps a handler from running, before the module's interceptor sees it. */
+class RefuseAll implements CanActivate {
+  canActivate(): boolean {
+    return false;
+  }
+}
+
 /**
  * Two `@Idempotent()` handlers of one event (Nest runs both with the same message): `audit` runs at once, `notify`
- * fails the first time it sees a key, once `audit` is done. Each writes `<handler>:<key>` in work_log.
+ * fails the first time it sees a key, once `audit` is done; with `guarded`, a guard refuses `notify` every message.
+ * Each writes `<handler>:<key>` in work_log.
  */
-function twoHandlersOf(pattern: string) {
+function twoHandlersOf(pattern: string | Record<string, string>, guarded = false) {
   const failedOnce = new Set<string>();
 
   @Controller()
@@ -49,6 +57,7 @@ function twoHandlersOf(pattern: string) {
     }
 
     @Idempotent()
+    @UseGuards(...(guarded ? [RefuseAll] : []))
     @EventPattern(pattern)
     async notify(@Payload() _payout: unknown): Promise<void> {
       const key = this.idempotency.run?.scope.key as string;
@@ -107,22 +116,53 @@ describeWith(rabbitmq, 'RabbitMQ consumers composed as applications compose them
     }, 40_000);
   });
 
-  describe('two idempotent handlers of one event, one failing once', () => {
+  describe.each([
+    ['a string pattern', 'payout.settled'],
+    ['an object pattern', { cmd: 'payout.settled', v: '1' }],
+  ])('two idempotent handlers of one event, one failing once, on %s', (name, pattern) => {
     const queue = useTestQueue(5);
     const consumer = useRabbitMqConsumer(queue, () => ({
       database: db,
       pool: { max: 4 },
       idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
-      controllers: [twoHandlersOf('payout.settled')],
+      controllers: [twoHandlersOf(pattern)],
     }));
 
     it('settles the message once both stored their outcomes: each effect once, the first replayed', async () => {
-      await queue.publish('payout.settled', { amount: 5 }, { messageId: 'two-handlers' });
-      await expectBothOnce(db, 'two-handlers');
+      const key = `two-handlers-${name.split(' ')[1]}`;
+      // An object published with its keys in another order: Nest routes it all the same, and so does the settlement.
+      const published = typeof pattern === 'string' ? pattern : { v: pattern.v, cmd: pattern.cmd };
+      await queue.publish(published, { amount: 5 }, { messageId: key });
+      await expectBothOnce(db, key);
       await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the queue to be empty');
       await consumer.close();
       expect(await queue.ready()).toBe(0);
       expect(await queue.takeDeadLetters()).toEqual([]);
+    });
+  });
+
+  describe('two idempotent handlers of one event, a guard refusing one', () => {
+    const queue = useTestQueue(5);
+    const consumer = useRabbitMqConsumer(queue, () => ({
+      database: db,
+      pool: { max: 4 },
+      idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+      controllers: [twoHandlersOf('payout.guarded', true)],
+    }));
+
+    it('settles the message by the handler that ran, and says which did not', async () => {
+      await queue.publish('payout.guarded', { amount: 6 }, { messageId: 'guarded' });
+      const absent = 'The idempotent handler(s) PayoutEffects.notify of a message did not run';
+      await waitFor(
+        async () => (consumer.logger.warnings.some((line) => line.includes(absent)) ? true : undefined),
+        'the message settled without the refused handler',
+      );
+      // Acknowledged: closing the channel gives nothing back.
+      await consumer.close();
+      expect(await queue.ready()).toBe(0);
+      expect(await queue.takeDeadLetters()).toEqual([]);
+      const effects = await db.query<{ key: string }>('SELECT key FROM work_log WHERE key LIKE $1', ['%:guarded']);
+      expect(effects.map((row) => row.key)).toEqual(['audit:guarded']);
     });
   });
 

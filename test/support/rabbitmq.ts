@@ -31,9 +31,11 @@ export interface TestQueue {
   deadLetters: string;
   queueOptions: { durable: true; arguments: Record<string, unknown> };
   /** Publishes a message as Nest's RabbitMQ client would an event: `{ pattern, data }`, with AMQP `properties`. */
-  publish(pattern: string, data: unknown, properties?: amqp.Options.Publish): Promise<void>;
+  publish(pattern: string | object, data: unknown, properties?: amqp.Options.Publish): Promise<void>;
   /** Publishes many such messages, confirmed together. */
-  publishAll(messages: Array<{ pattern: string; data: unknown; properties?: amqp.Options.Publish }>): Promise<void>;
+  publishAll(
+    messages: Array<{ pattern: string | object; data: unknown; properties?: amqp.Options.Publish }>,
+  ): Promise<void>;
   /** Messages ready in the queue (not delivered, or given back and not yet redelivered). */
   ready(): Promise<number>;
   /** The payloads of the messages dead-lettered so far, taken off the dead-letter queue. */
@@ -59,7 +61,7 @@ export function useTestQueue(deliveryLimit = 5): TestQueue {
       await channel.assertQueue(deadLetters, { durable: true });
       await channel.assertQueue(name, queueOptions);
       const publishAll = async (
-        messages: Array<{ pattern: string; data: unknown; properties?: amqp.Options.Publish }>,
+        messages: Array<{ pattern: string | object; data: unknown; properties?: amqp.Options.Publish }>,
       ) => {
         for (const { pattern, data, properties } of messages) {
           channel.sendToQueue(name, Buffer.from(JSON.stringify({ pattern, data })), {
@@ -75,7 +77,7 @@ export function useTestQueue(deliveryLimit = 5): TestQueue {
         queueOptions,
         connection,
         channel,
-        publish: (pattern: string, data: unknown, properties: amqp.Options.Publish = {}) =>
+        publish: (pattern: string | object, data: unknown, properties: amqp.Options.Publish = {}) =>
           publishAll([{ pattern, data, properties }]),
         publishAll,
         async ready() {
