@@ -51,7 +51,12 @@ export class JetStreamServer
   /** Stopped by shutdown's drain: no more pulls; the messages pulled run and are settled. */
   private readonly pullsStopped = new AbortController();
   /** This server's consumer, as its messages' deliveries name it. */
-  private readonly consumer: MessageConsumer = { stop: () => this.pullsStopped.abort() };
+  private readonly consumer: MessageConsumer = {
+    stop: async () => {
+      this.pullsStopped.abort();
+      await this.pulling;
+    },
+  };
   private batch?: ConsumerMessages;
   /** How often a running message is reported `working()`: half the consumer's shortest ack wait. */
   private heartbeatMs = 15_000;

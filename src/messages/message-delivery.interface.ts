@@ -2,9 +2,10 @@
 export interface MessageConsumer {
   /**
    * Stops taking messages from the broker (RabbitMQ: cancels the consumer; JetStream: stops pulling); the messages
-   * already delivered stay in hand, to be run and settled. Calls after the first do nothing.
+   * already delivered stay in hand, to be run and settled. Resolves once no more can arrive (RabbitMQ's confirmation of
+   * the cancel; the last pull's end). Calls after the first resolve with the first.
    */
-  stop(): void;
+  stop(): Promise<void>;
 }
 
 /**

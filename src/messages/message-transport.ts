@@ -33,6 +33,7 @@ import { SettledOnce } from './settled-once.js';
 import { MessageSettlement } from './message-settlement.js';
 import { GivenBackAtShutdown, MessagesInHand } from './messages-in-hand.js';
 import { idempotentEventHandlersByPattern, patternKey } from './idempotent-message-handlers.js';
+import { drainBeforeServersClose } from './drain-before-server-close.js';
 
 /** What a message transport knows of an idempotent handler once. */
 interface MessagePlan {
@@ -116,6 +117,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     }));
     this.inHand = new MessagesInHand(options.concurrency ?? idempotency.storeCapacity ?? DEFAULT_CONCURRENCY);
     idempotency.addDrainParticipant(this.inHand);
+    drainBeforeServersClose(modules, idempotency);
   }
 
   /** The message's pattern, as its handler was chosen by. */

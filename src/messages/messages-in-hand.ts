@@ -17,6 +17,8 @@ export class GivenBackAtShutdown extends Error {
 export class MessagesInHand implements DrainParticipant {
   private readonly messages = new Set<object>();
   private readonly consumers = new Set<MessageConsumer>();
+  /** The consumers stopped by the drain, until no more messages can arrive from them. */
+  private readonly stopping: Array<Promise<void>> = [];
   private readonly idleWaiters: Array<() => void> = [];
   /** Messages waiting for their turn to be claimed and run, first come first served. */
   private readonly queue: Array<{ admit: () => void; refuse: (error: Error) => void }> = [];
@@ -38,8 +40,8 @@ export class MessagesInHand implements DrainParticipant {
   /** `message` is in hand, from `consumer` (stopped at once if the drain has begun: it is the drain's to wait for). */
   taken(message: object, consumer: MessageConsumer): void {
     this.messages.add(message);
+    if (this.draining && !this.consumers.has(consumer)) this.stopping.push(consumer.stop());
     this.consumers.add(consumer);
-    if (this.draining) consumer.stop();
   }
 
   /** `message` was settled. */
@@ -75,12 +77,19 @@ export class MessagesInHand implements DrainParticipant {
 
   stopTaking(): void {
     this.draining = true;
-    for (const consumer of this.consumers) consumer.stop();
+    for (const consumer of this.consumers) this.stopping.push(consumer.stop());
   }
 
-  idle(): Promise<void> {
-    if (this.messages.size === 0) return Promise.resolve();
-    return new Promise((resolve) => this.idleWaiters.push(resolve));
+  /** Resolves once the consumers stopped can deliver no more, and nothing is in hand. */
+  async idle(): Promise<void> {
+    for (let stopped = 0; ; ) {
+      const stopping = this.stopping.length;
+      await Promise.all(this.stopping.slice(stopped));
+      stopped = stopping;
+      if (this.messages.size > 0) await new Promise<void>((resolve) => this.idleWaiters.push(resolve));
+      // A message taken meanwhile may have come from a consumer not stopped before: it is stopped now, and waited for.
+      if (this.stopping.length === stopped && this.messages.size === 0) return;
+    }
   }
 
   giveBack(): void {

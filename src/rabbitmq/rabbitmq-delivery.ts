@@ -27,19 +27,12 @@ function consumerOf(channel: AmqpChannel, consumerTag: string): MessageConsumer 
   if (!byTag) consumers.set(channel, (byTag = new Map<string, MessageConsumer>()));
   let consumer = byTag.get(consumerTag);
   if (!consumer) {
-    let stopped = false;
-    consumer = {
-      stop: () => {
-        if (stopped) return;
-        stopped = true;
-        // A channel closed meanwhile has no consumer left to cancel (amqplib throws, or rejects).
-        try {
-          channel.cancel(consumerTag).catch(() => undefined);
-        } catch {
-          // as above
-        }
-      },
+    let stopped: Promise<void> | undefined;
+    const cancel = async () => {
+      // A channel closed meanwhile has no consumer left to cancel (amqplib throws, or rejects).
+      await channel.cancel(consumerTag);
     };
+    consumer = { stop: () => (stopped ??= cancel().catch(() => undefined)) };
     byTag.set(consumerTag, consumer);
   }
   return consumer;

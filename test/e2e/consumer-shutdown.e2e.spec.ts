@@ -1,7 +1,11 @@
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
+import { Controller } from '@nestjs/common';
+import { EventPattern, Payload } from '@nestjs/microservices';
+import { DataSource } from 'typeorm';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
 import { NATS_URL, natsJetStream, uniquePrefix, useTestStream } from '../support/jetstream.js';
-import { RABBITMQ_URL, rabbitmq, useTestQueue } from '../support/rabbitmq.js';
+import { RABBITMQ_URL, rabbitmq, startRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
 import { describeWith } from '../support/required-service.js';
 import { type SpawnedApp, spawnTypeScriptServer } from '../support/sample-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
@@ -127,5 +131,52 @@ describeWith(natsJetStream, 'a JetStream consumer stopped with SIGTERM mid-strea
         db,
       );
     }, 120_000);
+  });
+});
+
+/** Handlers of half a second: a close comes while some run and others wait their turn. */
+@Controller()
+class SlowWork {
+  static started = 0;
+
+  constructor(
+    private readonly dataSource: DataSource,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Idempotent()
+  @EventPattern('slow.work')
+  async work(@Payload() _payload: unknown): Promise<void> {
+    SlowWork.started += 1;
+    await delay(500);
+    await this.dataSource.query('INSERT INTO work_log (key) VALUES ($1)', [this.idempotency.run?.scope.key]);
+  }
+}
+
+describeWith(rabbitmq, 'a RabbitMQ consumer closed by app.close() with messages in hand', () => {
+  const db = useTestDatabase(WORK_LOG);
+  const queue = useTestQueue(5);
+
+  it('drains before Nest closes its channel: every message in hand runs and is acknowledged', async () => {
+    const consumer = await startRabbitMqConsumer(
+      { database: db, pool: { max: 6 }, idempotency: { singleTenant: true }, controllers: [SlowWork] },
+      queue,
+      { prefetchCount: 10, concurrency: 2 },
+    );
+    try {
+      await queue.publishAll(
+        Array.from({ length: 6 }, (_, index) => ({
+          pattern: 'slow.work',
+          data: { index },
+          properties: { messageId: `closed-${index}` },
+        })),
+      );
+      await waitFor(async () => (SlowWork.started > 0 ? true : undefined), 'a handler to start');
+    } finally {
+      await consumer.close();
+    }
+    expect(await queue.ready()).toBe(0);
+    expect(await runs(db)).toHaveLength(6);
+    expect(await queue.takeDeadLetters()).toEqual([]);
   });
 });

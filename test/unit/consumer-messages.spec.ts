@@ -5,7 +5,7 @@ import { GivenBackAtShutdown, MessagesInHand } from '../../src/messages/messages
 /** A delivery that records how the broker was told to settle it. */
 function recordedDelivery(): MessageDelivery & { settlements: string[] } {
   const settlements: string[] = [];
-  const consumer = { stop: () => settlements.push('consumer stopped') };
+  const consumer = { stop: async () => void settlements.push('consumer stopped') };
   return {
     settlements,
     deliveries: 1,
@@ -98,6 +98,22 @@ describe('MessagesInHand: how many run at once, holds, and the drain', () => {
     expect(early.settlements).toEqual(['consumer stopped']);
     inHand.taken({}, late.consumer);
     expect(late.settlements).toEqual(['consumer stopped']);
+  });
+
+  it('is idle, once the drain has begun, only when the consumers stopped can deliver no more', async () => {
+    const inHand = new MessagesInHand(1);
+    let cancelled!: () => void;
+    const consumer = { stop: () => new Promise<void>((resolve) => (cancelled = resolve)) };
+    const message = {};
+    inHand.taken(message, consumer);
+    inHand.settled(message);
+    inHand.stopTaking();
+    let idle = false;
+    const waiting = inHand.idle().then(() => (idle = true));
+    await new Promise((resolve) => setImmediate(resolve));
+    expect(idle).toBe(false);
+    cancelled();
+    await waiting;
   });
 
   it('is idle once every message taken is settled', async () => {
