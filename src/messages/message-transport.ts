@@ -206,6 +206,12 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return this.inHand.pause(pauseMs);
   }
 
+  /** Serving the message failed unexpectedly: its turn ends, and it goes back to the broker, as after a failed run. */
+  faulted(call: MessageCall, error: unknown): void {
+    call.endTurn();
+    this.redeliverAfterFailure(call.plan, call.delivery, call.scope.endpoint, error);
+  }
+
   /** A stored outcome: the message is done, and a waiting caller gets the same reply (or error) as the first. */
   replay({ plan, delivery, endTurn }: MessageCall, stored: StoredResponse): Observable<unknown> {
     endTurn();

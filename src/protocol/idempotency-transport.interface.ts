@@ -50,6 +50,11 @@ export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCa
    * retries on its own). A message consumer holds a message it cannot claim now, rather than give it back.
    */
   claimAgainAfter?(error: IdempotencyError, call: Call): Promise<boolean>;
+  /**
+   * The call was read, and serving it failed with an error that is none of the protocol's refusals (a store's bug):
+   * the transport lets go of what it holds for it (a consumer gives its message back). The error goes on to Nest.
+   */
+  faulted?(call: Call, error: unknown): void;
   /** Answers the call with its stored outcome. */
   replay(call: Call, stored: StoredResponse): Observable<unknown> | Promise<Observable<unknown>>;
   /** Runs the handler (`next`) under the claim `run`, and ends the claim with its outcome, once. */

@@ -36,7 +36,10 @@ export class IdempotencyInterceptor implements NestInterceptor {
         ? transport.replay(call, decision.response)
         : transport.run(call, decision.run, next));
     } catch (error) {
-      if (!(error instanceof IdempotencyError)) throw error;
+      if (!(error instanceof IdempotencyError)) {
+        if (call) transport.faulted?.(call, error);
+        throw error;
+      }
       const answer = transport.refusal(error, call, context);
       if (isObservable(answer)) return answer;
       throw answer;

@@ -20,7 +20,7 @@ import {
   resolveShutdownTimeout,
 } from './idempotency-policy.js';
 import { canonicalJson } from '../shared/canonical-json.js';
-import { runWithin } from './current-run.js';
+import { currentRun, runWithin } from './current-run.js';
 import { describedValue } from './described-value.js';
 import type { ProtocolModuleOptions, ProtocolIdempotentOptions } from './idempotency-options.interface.js';
 import { IdempotencyRun } from './idempotency-run.js';
@@ -388,10 +388,11 @@ export class IdempotencyService {
     const fingerprint = createHash('sha256')
       .update(canonicalJson(operation.input ?? null))
       .digest('hex');
-    const decision = await this.begin(scope, fingerprint, policy, {
-      key: `key of operation ${JSON.stringify(operation.name)}`,
-      usedWith: 'input',
-    });
+    // Within an attempt of work in hand (a consumer's message), the operation is in hand too: run during the drain.
+    const within = currentRun();
+    const inHand = (within && this.attempts.get(within)?.inHand) ?? false;
+    const terms = { key: `key of operation ${JSON.stringify(operation.name)}`, usedWith: 'input' } as const;
+    const decision = await this.begin(scope, fingerprint, policy, terms, 'operation', inHand);
     if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
 
     const { run } = decision;

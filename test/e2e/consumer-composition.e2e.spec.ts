@@ -3,7 +3,7 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { type CanActivate, Controller, UseGuards } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import { Idempotent, IdempotencyContext, InMemoryIdempotencyStore } from '../../src/index.js';
 import { canonicalJson } from '../../src/shared/canonical-json.js';
 import { natsJetStream, startJetStreamConsumer, uniquePrefix, useTestStream } from '../support/jetstream.js';
 import type { TestConsumer } from '../support/consumer-app.js';
@@ -236,3 +236,51 @@ describeWith(natsJetStream, 'a JetStream consumer with two idempotent handlers o
 });
 
 const PayoutsConsumer = payoutsConsumer({ event: 'payout.requested', request: 'payout.quote' });
+
+/** A store with a bug: the first wait for an outcome throws a `TypeError`, none of the protocol's refusals. */
+class OnceBrokenStore extends InMemoryIdempotencyStore {
+  private broken = false;
+
+  override waitForChange(...args: Parameters<InMemoryIdempotencyStore['waitForChange']>) {
+    if (!this.broken) {
+      this.broken = true;
+      throw new TypeError('a bug of the store');
+    }
+    return super.waitForChange(...args);
+  }
+}
+
+describeWith(rabbitmq, 'a RabbitMQ consumer whose store fails with an error of its own', () => {
+  const queue = useTestQueue(5);
+  const ran: string[] = [];
+
+  @Controller()
+  class Recorded {
+    constructor(private readonly idempotency: IdempotencyContext) {}
+
+    @Idempotent()
+    @EventPattern('recorded')
+    record(@Payload() _payload: unknown): void {
+      ran.push(this.idempotency.run?.scope.key as string);
+    }
+  }
+
+  const consumer = useRabbitMqConsumer(
+    queue,
+    () => ({
+      database: 'memory',
+      store: new OnceBrokenStore(),
+      idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+      controllers: [Recorded],
+    }),
+    { concurrency: 1 },
+  );
+
+  it('gives the message back and frees its turn: it runs on its redelivery, and the next message runs too', async () => {
+    await queue.publish('recorded', { n: 1 }, { messageId: 'broken-a' });
+    await queue.publish('recorded', { n: 2 }, { messageId: 'broken-b' });
+    await waitFor(async () => (ran.length === 2 ? true : undefined), 'both messages to run');
+    expect([...ran].sort()).toEqual(['broken-a', 'broken-b']);
+    expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('TypeError: a bug of the store'));
+  });
+});

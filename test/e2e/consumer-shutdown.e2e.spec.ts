@@ -3,7 +3,8 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { Controller } from '@nestjs/common';
 import { EventPattern, Payload } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyContext } from '../../src/index.js';
+import { Idempotent, IdempotencyContext, IdempotencyService } from '../../src/index.js';
+import { Gate } from '../support/gate.js';
 import { NATS_URL, natsJetStream, uniquePrefix, useTestStream } from '../support/jetstream.js';
 import { RABBITMQ_URL, rabbitmq, startRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
 import { describeWith } from '../support/required-service.js';
@@ -177,6 +178,60 @@ describeWith(rabbitmq, 'a RabbitMQ consumer closed by app.close() with messages 
     }
     expect(await queue.ready()).toBe(0);
     expect(await runs(db)).toHaveLength(6);
+    expect(await queue.takeDeadLetters()).toEqual([]);
+  });
+});
+
+/** A consumer whose handler runs an operation of its own through `execute()`, once its gate opens. */
+const operationGate = new Gate();
+
+@Controller()
+class WithOperation {
+  constructor(
+    private readonly idempotency: IdempotencyService,
+    private readonly context: IdempotencyContext,
+  ) {}
+
+  @Idempotent()
+  @EventPattern('with.operation')
+  async work(@Payload() _payload: unknown): Promise<void> {
+    await operationGate.pass();
+    const key = this.context.run?.scope.key as string;
+    await this.idempotency.execute({ name: 'notify', key }, async () => ({ notified: key }));
+  }
+}
+
+describeWith(rabbitmq, "a RabbitMQ consumer's handler that runs execute() while the app drains", () => {
+  const db = useTestDatabase(WORK_LOG);
+  const queue = useTestQueue(5);
+
+  it('runs the operation (in hand, like its message), and acknowledges the message', async () => {
+    const consumer = await startRabbitMqConsumer(
+      { database: db, idempotency: { singleTenant: true }, controllers: [WithOperation] },
+      queue,
+    );
+    let closing: Promise<void> | undefined;
+    try {
+      await queue.publish('with.operation', {}, { messageId: 'drained-operation' });
+      await operationGate.reached;
+      // The drain begins as the close does (before Nest closes the server): from then on the module refuses the
+      // claims of operations not in hand.
+      closing = consumer.close();
+      await expect(
+        consumer.app.get(IdempotencyService).execute({ name: 'notify', key: 'not-in-hand' }, async () => 1),
+      ).rejects.toMatchObject({ code: 'idempotency_shutting_down' });
+      operationGate.release();
+    } finally {
+      await (closing ?? consumer.close());
+    }
+    const records = await db.query<{ endpoint: string; status: string }>(
+      'SELECT endpoint, status FROM idempotency_records ORDER BY endpoint',
+    );
+    expect(records).toEqual([
+      { endpoint: 'operation notify', status: 'completed' },
+      { endpoint: 'rabbitmq with.operation WithOperation.work', status: 'completed' },
+    ]);
+    expect(await queue.ready()).toBe(0);
     expect(await queue.takeDeadLetters()).toEqual([]);
   });
 });
