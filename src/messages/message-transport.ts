@@ -120,6 +120,11 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     drainBeforeServersClose(modules, idempotency);
   }
 
+  /** Messages claimed and run at once by this transport (`concurrency`). */
+  protected get concurrency(): number {
+    return this.inHand.concurrency;
+  }
+
   /** The message's pattern, as its handler was chosen by. */
   protected abstract patternOf(context: Context): string;
   /** The message's delivery: its properties and headers, and how it is settled. */

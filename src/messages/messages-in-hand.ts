@@ -82,7 +82,7 @@ export class MessagesInHand implements DrainParticipant {
 
   /** Resolves once the consumers stopped can deliver no more, and nothing is in hand. */
   async idle(): Promise<void> {
-    for (let stopped = 0; ; ) {
+    for (let stopped = 0; ;) {
       const stopping = this.stopping.length;
       await Promise.all(this.stopping.slice(stopped));
       stopped = stopping;

@@ -10,6 +10,7 @@ import { MessageTransport } from '../messages/message-transport.js';
 import type { IdempotencyRabbitMqOptions } from './idempotency-rabbitmq-options.interface.js';
 import { RABBITMQ_OPTIONS } from './idempotency-rabbitmq.module-definition.js';
 import { RabbitMqDelivery } from './rabbitmq-delivery.js';
+import { warnUnboundedPrefetch } from './unbounded-prefetch.js';
 
 /** Messages of Nest's RabbitMQ server (`RmqContext`): scoped as `rabbitmq <pattern> <Consumer.method>`. */
 @Injectable()
@@ -33,6 +34,7 @@ export class RabbitMqTransport extends MessageTransport<RmqContext> {
       resolveConsumerOptions(options, { property: 'messageId' }),
     );
     transports.register(this);
+    warnUnboundedPrefetch(modules, this.logger, this.concurrency);
   }
 
   protected patternOf(context: RmqContext): string {
