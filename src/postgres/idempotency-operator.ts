@@ -132,13 +132,20 @@ export class IdempotencyOperator {
    */
   async stuck(options: Pick<OperatorReadOptions, 'limit'> = {}): Promise<OperatorRecord[]> {
     const limit = options.limit ?? DEFAULT_LIMIT;
-    const rows = await this.query(
-      `SELECT ${COLUMNS} FROM ${this.table}
-       WHERE status = 'in_progress' AND (locked_until <= now() OR lock_held)
-       ORDER BY created_at LIMIT $1`,
-      [limit],
-    );
-    return (await this.withHolders(rows.map(toRecord))).filter((record) => record.state !== 'running');
+    const stuck: OperatorRecord[] = [];
+    // Read a page at a time: whether a holder transaction lives is known only after reading its record, so the limit
+    // counts the stuck records found, never the live ones read before them.
+    for (let offset = 0; stuck.length < limit; offset += limit) {
+      const rows = await this.query(
+        `SELECT ${COLUMNS} FROM ${this.table}
+         WHERE status = 'in_progress' AND (locked_until <= now() OR lock_held)
+         ORDER BY created_at, account, endpoint, idempotency_key LIMIT $1 OFFSET $2`,
+        [limit, offset],
+      );
+      stuck.push(...(await this.withHolders(rows.map(toRecord))).filter((record) => record.state !== 'running'));
+      if (rows.length < limit) break;
+    }
+    return stuck.slice(0, limit);
   }
 
   /** The records of one state, most recent first (`stuck()` for those in progress that no live attempt holds). */
