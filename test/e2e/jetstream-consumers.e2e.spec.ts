@@ -174,6 +174,27 @@ describeWith(natsJetStream, 'NATS JetStream consumers', () => {
       expect(stream.terminated(DURABLE)).toHaveLength(2);
     });
 
+    it('terminates a message whose payload is not JSON, and one on a subject no handler has, never giving them back', async () => {
+      const before = stream.terminated(DURABLE).length;
+      const handledBefore = consumer.handled.count;
+      const notJson = await stream.publishBytes(PAYOUT, new TextEncoder().encode('{"amount": 1'));
+      const unhandled = await stream.publish(`${PREFIX}.nobody`, { amount: 1 }, { msgId: key('nobody') });
+      await waitFor(
+        async () => (stream.terminated(DURABLE).length >= before + 2 ? true : undefined),
+        'two terminations',
+      );
+      expect(stream.terminated(DURABLE).slice(before).sort()).toEqual([notJson.seq, unhandled.seq].sort());
+      await allSettled();
+      expect(consumer.handled.count).toBe(handledBefore);
+      expect(stream.pastMaxDeliver(DURABLE)).toEqual([]);
+      expect(consumer.logger.errors).toEqual(
+        expect.arrayContaining([
+          expect.stringContaining(`A message to ${PAYOUT} was terminated: its payload is not JSON`),
+          expect.stringContaining(`A message to ${PREFIX}.nobody was terminated: no handler has the pattern`),
+        ]),
+      );
+    });
+
     it('acknowledges a message of a handler without @Idempotent() after it ends, and naks it when it fails', async () => {
       await stream.publish(AUDIT, { id: key('audit') });
       await allSettled();

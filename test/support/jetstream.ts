@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto';
-import { jetstreamManager, type PubAck } from '@nats-io/jetstream';
+import { jetstream, jetstreamManager, type PubAck } from '@nats-io/jetstream';
 import { connect, createInbox, type NatsConnection } from '@nats-io/transport-node';
 import {
   IdempotencyJetStreamModule,
@@ -42,6 +42,8 @@ export interface TestStream {
   name: string;
   /** Publishes an event (JSON payload; `msgId` as `Nats-Msg-Id`); with `again`, until the stream stores it anew. */
   publish(subject: string, data: unknown, options?: { msgId?: string; again?: boolean }): Promise<PubAck>;
+  /** Publishes bytes as they are (not JSON, say). */
+  publishBytes(subject: string, data: Uint8Array): Promise<PubAck>;
   /** Sends a request with a new inbox in `Nest-Reply-To`, and returns its reply's bytes. */
   request(subject: string, data: unknown, msgId: string): Promise<Buffer>;
   /** Messages of `durable` not yet delivered, and delivered and not yet acknowledged. */
@@ -92,6 +94,7 @@ export function useTestStream(prefix: string, name: string): TestStream {
             return stored.duplicate ? undefined : stored;
           }, `the stream to store ${msgId} again`);
         },
+        publishBytes: (subject: string, data: Uint8Array) => jetstream(connection).publish(subject, data),
         request: (subject: string, data: unknown, msgId: string) =>
           rawRequest(connection, client, subject, data, msgId),
         async stateOf(durable: string) {

@@ -2,6 +2,7 @@ import { RpcException } from '@nestjs/microservices';
 import {
   BadRequestException,
   HttpException,
+  InternalServerErrorException,
   ServiceUnavailableException,
   UnprocessableEntityException,
 } from '@nestjs/common';
@@ -28,6 +29,10 @@ describe('message consumer options', () => {
     [new HttpException('later', 429), false],
     [new HttpException('too early', 425), false],
     [new ServiceUnavailableException(), false],
+    [new InternalServerErrorException(), false],
+    [new HttpException('timeout', 408), false],
+    [new HttpException('teapot', 418), true],
+    [new HttpException('no content', 204), false],
   ])("take %s for a message's final outcome: %s", (error, final) => {
     expect(isFinalErrorByDefault(error)).toBe(final);
   });
