@@ -241,8 +241,10 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     try {
       response = outcome && storedOutcome(outcome);
     } catch (error) {
-      // A reply that is not JSON (a cycle, a BigInt), which Nest could not send either.
-      [ended, outcome] = [{ status: 'failed', error }, undefined];
+      // A reply that is not JSON (a cycle, a BigInt), which Nest could not send either: the handler's work is done, so
+      // its failure to answer is its final outcome, which a redelivery gets again rather than run the handler again.
+      outcome = { kind: 'error', error: storableError(error) };
+      response = storedOutcome(outcome);
     }
     // The consumer's own rule says what is final (an error stored as 422 too), never HTTP's `isFinalStatus`.
     const refused = await this.idempotency

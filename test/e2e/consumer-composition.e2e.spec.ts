@@ -1,13 +1,20 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { type CanActivate, Controller, UseGuards } from '@nestjs/common';
-import { EventPattern, Payload } from '@nestjs/microservices';
+import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext, InMemoryIdempotencyStore } from '../../src/index.js';
 import { canonicalJson } from '../../src/shared/canonical-json.js';
 import { natsJetStream, startJetStreamConsumer, uniquePrefix, useTestStream } from '../support/jetstream.js';
 import type { TestConsumer } from '../support/consumer-app.js';
-import { rabbitmq, type TestQueue, useRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
+import {
+  rabbitmq,
+  rabbitMqClient,
+  request,
+  type TestQueue,
+  useRabbitMqConsumer,
+  useTestQueue,
+} from '../support/rabbitmq.js';
 import { payoutsConsumer } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
@@ -282,5 +289,41 @@ describeWith(rabbitmq, 'a RabbitMQ consumer whose store fails with an error of i
     await waitFor(async () => (ran.length === 2 ? true : undefined), 'both messages to run');
     expect([...ran].sort()).toEqual(['broken-a', 'broken-b']);
     expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('TypeError: a bug of the store'));
+  });
+});
+
+describeWith(rabbitmq, 'a RabbitMQ request whose reply cannot be sent as JSON (a BigInt)', () => {
+  const queue = useTestQueue(5);
+  const runs: string[] = [];
+
+  @Controller()
+  class Balances {
+    constructor(private readonly idempotency: IdempotencyContext) {}
+
+    @Idempotent()
+    @MessagePattern('balance.read')
+    read(@Payload() _payload: unknown): { cents: bigint } {
+      runs.push(this.idempotency.run?.scope.key as string);
+      return { cents: 1n };
+    }
+  }
+
+  useRabbitMqConsumer(queue, () => ({
+    database: 'memory',
+    idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+    controllers: [Balances],
+  }));
+
+  it("stores the failure to answer as the request's final error: sent again, it gets the same, without running", async () => {
+    const client = await rabbitMqClient(queue);
+    try {
+      const first = request(client, 'balance.read', {}, 'bigint-reply');
+      await expect(first).rejects.toEqual({ name: 'TypeError', message: expect.stringContaining('BigInt') });
+      await expect(request(client, 'balance.read', {}, 'bigint-reply')).rejects.toEqual(await first.catch((e) => e));
+    } finally {
+      await client.close();
+    }
+    expect(runs).toEqual(['bigint-reply']);
+    expect(await queue.takeDeadLetters()).toEqual([]);
   });
 });
