@@ -17,6 +17,7 @@ import {
 } from '../support/rabbitmq.js';
 import { payoutsConsumer } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
+import { useTcpProxy } from '../support/tcp-proxy.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
 import { WORK_LOG, workRowsOf } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
@@ -325,5 +326,39 @@ describeWith(rabbitmq, 'a RabbitMQ request whose reply cannot be sent as JSON (a
     }
     expect(runs).toEqual(['bigint-reply']);
     expect(await queue.takeDeadLetters()).toEqual([]);
+  });
+});
+
+describeWith(rabbitmq, 'a RabbitMQ request held for holdSeconds while the database is down', () => {
+  const db = useTestDatabase(WORK_LOG);
+  const queue = useTestQueue(5);
+  const proxy = useTcpProxy(db);
+  const consumer = useRabbitMqConsumer(
+    queue,
+    () => ({
+      database: { url: proxy.urlFor(db.url) },
+      pool: { max: 3, connectionTimeoutMillis: 1000 },
+      idempotency: { singleTenant: true, retryAfterSeconds: 0.2, storeTimeoutSeconds: 1 },
+      controllers: [PayoutsConsumer],
+    }),
+    { holdSeconds: 1 },
+  );
+
+  it('gives it back past the bound, and its caller waits for the reply of the delivery that runs', async () => {
+    const client = await rabbitMqClient(queue);
+    proxy.takeDown();
+    try {
+      const reply = request(client, 'payout.quote', { amount: 3 }, 'held-request');
+      await waitFor(
+        async () => (consumer.logger.warnings.some((line) => line.includes('it is given back')) ? true : undefined),
+        'the request given back past holdSeconds',
+      );
+      proxy.bringUp();
+      await expect(reply).resolves.toEqual({ quoted: 6, run: expect.any(Number) });
+    } finally {
+      proxy.bringUp();
+      await client.close();
+    }
+    expect(await workRowsOf(db, 'held-request')).toHaveLength(1);
   });
 });

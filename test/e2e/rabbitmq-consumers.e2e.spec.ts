@@ -1,4 +1,6 @@
-import { type MicroserviceOptions, RpcException, Transport } from '@nestjs/microservices';
+import { Controller, type Type } from '@nestjs/common';
+import { EventPattern, type MicroserviceOptions, Payload, RpcException, Transport } from '@nestjs/microservices';
+import { Idempotent } from '../../src/index.js';
 import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
 import type { TestConsumer } from '../support/consumer-app.js';
 import { Gate } from '../support/gate.js';
@@ -267,19 +269,26 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
 
   describe('in a hybrid application', () => {
     const queue = useTestQueue();
-    const startHybrid = (inheritAppConfig: boolean) =>
+    // A queue of its own for a controller of its own: a message no handler has is dead-lettered by Nest.
+    const classLevelQueue = useTestQueue();
+    const startHybrid = (inheritAppConfig: boolean, controllers: Type[] = [PayoutsConsumer], consumed = queue) =>
       startTestApp({
         database: db,
         pool: { max: 3 },
         idempotency: { singleTenant: true },
-        controllers: [PayoutsConsumer],
+        controllers,
         imports: [IdempotencyRabbitMqModule.forRoot()],
         listen: false,
         configure: async (app) => {
           app.connectMicroservice<MicroserviceOptions>(
             {
               transport: Transport.RMQ,
-              options: { urls: [RABBITMQ_URL], queue: queue.name, queueOptions: queue.queueOptions, noAck: false },
+              options: {
+                urls: [RABBITMQ_URL],
+                queue: consumed.name,
+                queueOptions: consumed.queueOptions,
+                noAck: false,
+              },
             },
             { inheritAppConfig },
           );
@@ -294,6 +303,27 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
         await waitFor(async () => (hybrid.logger.errors.length > 0 ? true : undefined), 'the refusal');
         expect(hybrid.logger.errors[0]).toContain('connectMicroservice(options, { inheritAppConfig: true })');
         expect(await workRowsOf(db, 'hybrid')).toHaveLength(0);
+      } finally {
+        await hybrid.close();
+      }
+    });
+
+    it('refuses it too for a controller marked @Idempotent() on its class', async () => {
+      const ran: string[] = [];
+      @Idempotent()
+      @Controller()
+      class ClassLevelConsumer {
+        @EventPattern('class.level')
+        handle(@Payload() payload: { id: string }): void {
+          ran.push(payload.id);
+        }
+      }
+      const hybrid = await startHybrid(false, [ClassLevelConsumer], classLevelQueue);
+      try {
+        await classLevelQueue.publish('class.level', { id: 'class-level' }, { messageId: 'class-level' });
+        await waitFor(async () => (hybrid.logger.errors.length > 0 ? true : undefined), 'the refusal');
+        expect(hybrid.logger.errors[0]).toContain('ClassLevelConsumer.handle was called without');
+        expect(ran).toEqual([]);
       } finally {
         await hybrid.close();
       }

@@ -101,6 +101,10 @@ describe('OutcomeSealing', () => {
   it('refuses a plaintext record unless acceptPlaintext, and a sealed one without a ring', () => {
     expect(() => OutcomeSealing.from({ keys: [keyA] }).open(scope, response)).toThrow(/plaintext/);
     expect(OutcomeSealing.from({ keys: [keyA], acceptPlaintext: true }).open(scope, response)).toBe(response);
+    // Accepting plaintext during a switch-over still seals what it stores: it opens once plaintext is refused again.
+    const sealedDuringSwitch = OutcomeSealing.from({ keys: [keyA], acceptPlaintext: true }).seal(scope, response);
+    expect(sealedDuringSwitch.body.equals(response.body)).toBe(false);
+    expect(OutcomeSealing.from({ keys: [keyA] }).open(scope, sealedDuringSwitch)).toEqual(response);
     const sealed = OutcomeSealing.from({ keys: [keyA] }).seal(scope, response);
     expect(() => OutcomeSealing.from(undefined).open(scope, sealed)).toThrow(/no encryption key ring/);
     expect(OutcomeSealing.from(undefined).seal(scope, response)).toBe(response);
