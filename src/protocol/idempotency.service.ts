@@ -155,6 +155,11 @@ export class IdempotencyService {
     this.leases.stopAll();
   }
 
+  /** Whether shutdown's drain has begun: new claims are refused (but those of work in hand), the instance is going. */
+  get shuttingDown(): boolean {
+    return this.attempts.drainBegun;
+  }
+
   /** How many attempts the store serves at once (`IdempotencyStore.capacity`); `undefined` when it does not say. */
   get storeCapacity(): number | undefined {
     return this.store.capacity;

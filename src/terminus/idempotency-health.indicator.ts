@@ -4,6 +4,7 @@ import type { ProtocolModuleOptions } from '../protocol/idempotency-options.inte
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import type { IdempotencyStore } from '../protocol/idempotency-store.interface.js';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from '../protocol/idempotency.tokens.js';
+import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { positive } from '../protocol/option-checks.js';
 import { within } from '../protocol/store-bounds.js';
 import type { IdempotencyHealthCheckOptions } from './idempotency-health-check-options.interface.js';
@@ -15,7 +16,8 @@ const DEFAULT_TIMEOUT_MS = 1000;
  * The idempotency store's health, for `@nestjs/terminus`' `HealthCheckService`: up while the store answers a round
  * trip within the bound and, where attempts wait for outcomes in flight, listens for them; down otherwise. Its details
  * say what was found (`store`: reachable or unreachable, `latencyMs`, `listening`: up, down or not needed, and the
- * error's message when down), never the store's configuration.
+ * error's message when down), never the store's configuration. Down too from the moment shutdown's drain begins
+ * (`shuttingDown: true`), for a readiness probe.
  */
 @Injectable()
 export class IdempotencyHealthIndicator {
@@ -27,6 +29,7 @@ export class IdempotencyHealthIndicator {
     private readonly healthIndicatorService: HealthIndicatorService,
     @Optional() @Inject(IDEMPOTENCY_STORE) store?: IdempotencyStore,
     @Optional() @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions?: ProtocolModuleOptions,
+    @Optional() private readonly idempotency?: IdempotencyService,
   ) {
     if (store === undefined) {
       throw new IdempotencySetupError(
@@ -55,6 +58,16 @@ export class IdempotencyHealthIndicator {
     const indicator = this.healthIndicatorService.check(key);
     const started = performance.now();
     const latencyMs = () => Math.round(performance.now() - started);
+    // Down for readiness from the drain's first moment: a load balancer stops sending what the instance now refuses.
+    if (this.idempotency?.shuttingDown) {
+      return indicator.down({
+        shuttingDown: true,
+        latencyMs: latencyMs(),
+        message:
+          'the instance is shutting down: it refuses new idempotent requests (503 idempotency_shutting_down) while ' +
+          'its running attempts finish',
+      });
+    }
     // Bounded here too: a store of the application's own may not keep to its bound.
     const check = within(
       this.store.checkHealth(timeoutMs, { listen: this.waitsForOutcomes }),

@@ -13,6 +13,7 @@ import { useTcpProxy } from '../support/tcp-proxy.js';
 import { startTestApp, type TestModuleOptions, useTestApp } from '../support/test-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
+import { Gate } from '../support/gate.js';
 
 /** The sample app's: terminus' `HealthCheckService` with the store's indicator, on its default bound. */
 const TIMEOUT_MS = 1000;
@@ -202,6 +203,48 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       expect(response.body.error.idempotency).toEqual(LISTENING_DOWN);
       expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
       expect(await listeners(db)).toEqual([]);
+    });
+  });
+
+  describe('on PostgreSQL, while the shutdown drains a running attempt', () => {
+    const gate = new Gate();
+
+    @Controller('slow')
+    class SlowController {
+      @Post()
+      @Idempotent()
+      async work() {
+        await gate.pass();
+        return { done: true };
+      }
+    }
+
+    it("is down (shutting down) from the drain's first moment, while the HTTP server still answers", async () => {
+      const app = await startTestApp({
+        database: db,
+        pool: { max: 3 },
+        idempotency: { singleTenant: true },
+        ...HEALTH,
+        controllers: [...HEALTH.controllers, SlowController],
+      });
+      let closing: Promise<void> | undefined;
+      try {
+        await health(app.url).expect(200);
+        const running = request(app.url).post('/slow').set('Idempotency-Key', randomUUID()).send({});
+        const answered = running.then((response) => response.status);
+        await gate.reached;
+        closing = app.close();
+        const response = await health(app.url).expect(503);
+        expect(response.body.error.idempotency).toEqual(
+          indicator('down', { shuttingDown: true, message: expect.stringContaining('shutting down') }),
+        );
+        gate.release();
+        expect(await answered).toBe(201);
+      } finally {
+        gate.release();
+        await (closing ?? app.close());
+      }
+      expect(app.logger.errors).toContainEqual(expect.stringMatching(/^ERROR \[\] Health Check has failed!/));
     });
   });
 
