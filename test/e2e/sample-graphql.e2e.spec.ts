@@ -55,6 +55,17 @@ describe.each(PLATFORMS)("the sample app's createCharge mutation on %s", (platfo
     expect(await providerChargesOf(ALICE)).toBe(providerBefore + 1);
   });
 
+  it("replays a declined card's error as it was answered: the same message and extensions", async () => {
+    const input = { amount: 1500, currency: 'eur', source: 'tok_chargeDeclined' };
+    const key = `gql-declined-${platform}`;
+    const first = await client().rawRequest<CreatedCharge>(CREATE_CHARGE, { input, key });
+    const replay = await client().rawRequest<CreatedCharge>(CREATE_CHARGE, { input, key });
+    const [firstError, replayError] = [first.errors?.[0], replay.errors?.[0]];
+    expect(firstError?.message).toBe('Your card was declined.');
+    expect(replayError?.message).toBe(firstError?.message);
+    expect(replayError?.extensions).toEqual(firstError?.extensions);
+  });
+
   it("scopes keys by the API key's account, as the REST route does, and shares no record with it", async () => {
     const key = `gql-shared-${platform}`;
     const input = { amount: 700, currency: 'usd' };
