@@ -88,7 +88,10 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     const { key, fromHeader } = found;
     const { fieldName, path } = field.info;
     const responseKey = String(path.key);
-    const endpoint = `graphql Mutation.${fieldName}${fromHeader && responseKey !== fieldName ? ` as ${responseKey}` : ''}`;
+    // Under the header's one key, each aliased field has a record of its own: the alias is part of its scope, but not of
+    // its metrics' label (an alias is the client's text, and would make a series of each).
+    const label = `graphql Mutation.${fieldName}`;
+    const endpoint = `${label}${fromHeader && responseKey !== fieldName ? ` as ${responseKey}` : ''}`;
     const account = await resolveAccount(context, policy, {
       isAnswer: (error) => error instanceof GraphQLError || error instanceof HttpException,
       unresolved: (reason) => {
@@ -101,6 +104,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     return {
       policy,
       scope: { account, endpoint, key },
+      endpointLabel: label,
       fingerprint: jsonFingerprint(args),
       terms: {
         key: fromHeader ? `${this.headerName} header` : `${this.keyArgument} argument`,

@@ -1,7 +1,7 @@
 import { type CallHandler, type ExecutionContext, Logger, type Type } from '@nestjs/common';
 import type { ModulesContainer, Reflector } from '@nestjs/core';
 import { type BaseRpcContext, RpcException, type Transport } from '@nestjs/microservices';
-import { PATTERN_HANDLER_METADATA } from '@nestjs/microservices/constants.js';
+import { PATTERN_HANDLER_METADATA, PATTERN_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
 import { lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
 import { resolveAccount } from '../protocol/account-resolution.js';
@@ -42,6 +42,8 @@ interface MessagePlan {
   request: boolean;
   /** Who consumes: two handlers of one message each process it once. */
   consumer: string;
+  /** How metrics name its messages: its handler's pattern (a wildcard's, not the routing key a publisher chose). */
+  endpointLabel: string;
 }
 
 /** An idempotent message, as read by one of its handlers. */
@@ -110,11 +112,16 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     moduleOptions: ProtocolModuleOptions,
     private readonly options: ResolvedConsumerOptions<Context>,
   ) {
-    this.plans = new HandlerPlans(reflector, (handlerOptions, context) => ({
-      policy: resolvePolicy(moduleOptions, handlerOptions, CONSUMER_DEFAULTS),
-      request: Reflect.getMetadata(PATTERN_HANDLER_METADATA, context.getHandler()) === PatternHandler.MESSAGE,
-      consumer: `${context.getClass().name}.${context.getHandler().name}`,
-    }));
+    this.plans = new HandlerPlans(reflector, (handlerOptions, context) => {
+      const consumer = `${context.getClass().name}.${context.getHandler().name}`;
+      const [pattern] = [Reflect.getMetadata(PATTERN_METADATA, context.getHandler()) as unknown].flat();
+      return {
+        policy: resolvePolicy(moduleOptions, handlerOptions, CONSUMER_DEFAULTS),
+        request: Reflect.getMetadata(PATTERN_HANDLER_METADATA, context.getHandler()) === PatternHandler.MESSAGE,
+        consumer,
+        endpointLabel: `${name} ${patternKey(pattern)} ${consumer}`,
+      };
+    });
     this.inHand = new MessagesInHand(options.concurrency ?? idempotency.storeCapacity ?? DEFAULT_CONCURRENCY);
     idempotency.addDrainParticipant(this.inHand);
     drainBeforeServersClose(modules, idempotency);
@@ -175,6 +182,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       plan,
       policy,
       scope: { account, endpoint: `${this.name} ${pattern} ${plan.consumer}`, key },
+      endpointLabel: plan.endpointLabel,
       fingerprint: jsonFingerprint(payload),
       terms: { key: keyName, usedWith: 'payload' } satisfies KeyTerms,
       inHand: true,

@@ -9,7 +9,7 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import type { IdempotencyRun } from './idempotency-run.js';
-import type { IdempotencyClaim, IdempotencyScope } from './idempotency-store.interface.js';
+import type { IdempotencyClaim } from './idempotency-store.interface.js';
 
 /** A run's span and its start, until its finalize. */
 interface RunTiming {
@@ -72,7 +72,7 @@ export class IdempotencyTelemetry {
   private readonly storeDuration: Histogram;
   private readonly handlerDuration: Histogram;
   /** The transport each claim was made for: its finalize, in the background too, is counted under it. */
-  private readonly transports = new WeakMap<IdempotencyClaim, IdempotencyTransportName>();
+  private readonly claimAttributes = new WeakMap<IdempotencyClaim, Attributes>();
   private readonly runs = new WeakMap<IdempotencyRun, RunTiming>();
 
   constructor() {
@@ -95,13 +95,13 @@ export class IdempotencyTelemetry {
   }
 
   /** Records which transport `claim` was made for. */
-  claimedFor(claim: IdempotencyClaim, transport: IdempotencyTransportName): void {
-    this.transports.set(claim, transport);
+  claimedFor(claim: IdempotencyClaim, attributes: Attributes): void {
+    this.claimAttributes.set(claim, attributes);
   }
 
   /** The attributes of a claim's metrics and spans. */
   attributesOf(claim: IdempotencyClaim): Attributes {
-    return scopeAttributes(claim.scope, this.transports.get(claim) ?? 'operation');
+    return this.claimAttributes.get(claim) ?? callAttributes('operation', claim.scope.endpoint);
   }
 
   count(outcome: IdempotencyOutcome, attributes: Attributes): void {
@@ -169,9 +169,13 @@ function withOutcome(attributes: Attributes, outcome: IdempotencyOutcome): Attri
   };
 }
 
-/** The attributes of a scope: its transport and endpoint, never its key nor its account. */
-export function scopeAttributes(scope: IdempotencyScope, transport: IdempotencyTransportName): Attributes {
-  return { 'idempotency.transport': transport, 'idempotency.endpoint': scope.endpoint };
+/**
+ * The attributes of a call: its transport and its endpoint as its transport names it for metrics (a route template, a
+ * broker pattern and consumer, a mutation's field, an operation's name), never its key, its account, nor any text its
+ * client chose.
+ */
+export function callAttributes(transport: IdempotencyTransportName, endpoint: string): Attributes {
+  return { 'idempotency.transport': transport, 'idempotency.endpoint': endpoint };
 }
 
 /** OpenTelemetry's `error.type`: the error's class name (never its message, which may quote a key). */

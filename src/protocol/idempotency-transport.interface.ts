@@ -15,6 +15,11 @@ export interface IdempotentCall {
   /** How refusals name the call's key and what it was used with. */
   terms: KeyTerms;
   /**
+   * How metrics and spans name the call's endpoint: the route template, broker pattern or operation name, never text
+   * the client chose (a GraphQL alias is in the scope, not in the label). Default: `scope.endpoint`.
+   */
+  endpointLabel?: string;
+  /**
    * Whether the process holds the call until it is served (a consumer's message): claimed during shutdown's drain
    * too, until its wait is over. Default: false (a request that another instance may serve is refused meanwhile).
    */

@@ -50,14 +50,11 @@ export class IdempotencyInterceptor implements NestInterceptor {
   private async decided(transport: IdempotencyTransport, call: IdempotentCall): Promise<IdempotencyDecision> {
     for (;;) {
       try {
-        return await this.idempotency.begin(
-          call.scope,
-          call.fingerprint,
-          call.policy,
-          call.terms,
-          transport.name,
-          call.inHand,
-        );
+        return await this.idempotency.begin(call.scope, call.fingerprint, call.policy, call.terms, {
+          transport: transport.name,
+          endpointLabel: call.endpointLabel,
+          inHand: call.inHand,
+        });
       } catch (error) {
         if (!(error instanceof IdempotencyError) || !(await transport.claimAgainAfter?.(error, call))) throw error;
       }

@@ -1,4 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
+import type { Attributes } from '@opentelemetry/api';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import {
   type IdempotencyError,
@@ -54,7 +55,7 @@ import {
   IdempotencyTelemetry,
   type IdempotencyOutcome,
   type IdempotencyTransportName,
-  scopeAttributes,
+  callAttributes,
 } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
@@ -195,22 +196,22 @@ export class IdempotencyService {
    * One lookup, four outcomes: a new key is claimed (run the work); a key used with a different request
    * is refused (422); a key still in progress is refused with a retry hint (409), or, with `inFlight: 'wait'`,
    * awaited for a while; a completed key is replayed. The claim is committed before this resolves, so the
-   * work never runs inside the claim's transaction. `transport` is the kind of call, for the module's metrics and
-   * spans (default: `operation`). `inHand` says the process already holds the work (a consumer's message), which is
-   * claimed while the drain waits for it rather than refused as shutting down.
+   * work never runs inside the claim's transaction. `call` says how metrics and spans name it (its transport, default
+   * `operation`, and its endpoint's label, default the scope's endpoint), and whether the process already holds the work
+   * (`inHand`: a consumer's message, claimed while the drain waits for it rather than refused as shutting down).
    */
   async begin(
     scope: IdempotencyScope,
     fingerprint: string,
     policy: IdempotencyPolicy,
     terms: KeyTerms,
-    transport: IdempotencyTransportName = 'operation',
-    inHand = false,
+    call: { transport?: IdempotencyTransportName; endpointLabel?: string; inHand?: boolean } = {},
   ): Promise<IdempotencyDecision> {
-    const attributes = scopeAttributes(scope, transport);
+    const { transport = 'operation', inHand = false } = call;
+    const attributes = callAttributes(transport, call.endpointLabel ?? scope.endpoint);
     const decision = await this.telemetry.inSpan('idempotency claim', attributes, async (span) => {
       try {
-        const decided = await this.decide(scope, fingerprint, policy, { terms, inHand }, transport);
+        const decided = await this.decide(scope, fingerprint, policy, { terms, inHand }, attributes);
         const outcome = outcomeOf(decided);
         span.setAttribute('idempotency.outcome', outcome);
         this.telemetry.count(outcome, attributes);
@@ -231,7 +232,7 @@ export class IdempotencyService {
     fingerprint: string,
     policy: IdempotencyPolicy,
     { terms, inHand }: Pick<ClaimedRequest, 'terms' | 'inHand'>,
-    transport: IdempotencyTransportName,
+    attributes: Attributes,
   ): Promise<IdempotencyDecision> {
     // A completed record does not change until it expires: one this process has seen is answered from memory.
     const cached = this.replays.get(scope);
@@ -240,7 +241,7 @@ export class IdempotencyService {
       return { action: 'replay', response: cached.response, from: 'memory' };
     }
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
-    this.telemetry.claimedFor(claim, transport);
+    this.telemetry.claimedFor(claim, attributes);
     let waited = false;
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
@@ -278,7 +279,7 @@ export class IdempotencyService {
         return { action: 'replay', response, from: 'store' };
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
-      if (!waited) this.telemetry.count('waited', scopeAttributes(scope, transport)); // once per attempt that waits
+      if (!waited) this.telemetry.count('waited', attributes); // once per attempt that waits
       waited = true;
       await wait.untilChanged(); // then claim again: the outcome is replayed, or a released key is claimed
     }
@@ -397,7 +398,7 @@ export class IdempotencyService {
     const within = currentRun();
     const inHand = (within && this.attempts.get(within)?.inHand) ?? false;
     const terms = { key: `key of operation ${JSON.stringify(operation.name)}`, usedWith: 'input' } as const;
-    const decision = await this.begin(scope, fingerprint, policy, terms, 'operation', inHand);
+    const decision = await this.begin(scope, fingerprint, policy, terms, { inHand });
     if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
 
     const { run } = decision;

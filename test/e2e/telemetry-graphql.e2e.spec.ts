@@ -35,3 +35,31 @@ it('counts a GraphQL mutation under the graphql transport and its field, and its
     expect.arrayContaining(['idempotency claim', 'idempotency run', 'idempotency finalize']),
   );
 });
+
+it('names a mutation by its field, never by the aliases a client chooses (one series, however many aliases)', async () => {
+  app ??= await startSampleApp({ databaseUrl: db.url, databasePoolSize: 5 });
+  const key = randomUUID();
+  const client = new GraphQLClient(`${app.url}/graphql`, {
+    headers: { authorization: `Bearer ${ALICE}`, 'idempotency-key': key },
+  });
+  const aliases = Array.from({ length: 20 }, (_, index) => `charge${index}`);
+  const fields = aliases.map((alias) => `${alias}: createCharge(input: $input) { id }`).join(' ');
+  await client.request(`mutation($input: ChargeInput!) { ${fields} }`, { input: { amount: 700, currency: 'eur' } });
+
+  const endpoints = new Set(
+    (await telemetry.allPoints())
+      .map((point) => point.attributes['idempotency.endpoint'])
+      .filter((endpoint) => typeof endpoint === 'string' && endpoint.startsWith('graphql')),
+  );
+  expect([...endpoints]).toEqual(['graphql Mutation.createCharge']);
+  // Each aliased field has its record all the same, under the one key.
+  const records = await db.query<{ n: number }>(
+    'SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1',
+    [key],
+  );
+  expect(records[0].n).toBe(aliases.length);
+  const spans = telemetry.finishedSpans().filter((span) => span.attributes['idempotency.transport'] === 'graphql');
+  expect(new Set(spans.map((span) => span.attributes['idempotency.endpoint']))).toEqual(
+    new Set(['graphql Mutation.createCharge']),
+  );
+});
