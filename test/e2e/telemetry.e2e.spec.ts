@@ -164,10 +164,18 @@ it('counts a call refused while its key is in progress (409), and one that waite
   await expect(outcomes('wait', 'replay.store')).resolves.toBe(1);
 });
 
-it('counts a failed handler whose claim is released', async () => {
+it('counts a failed handler whose claim is released, and times the release as a release', async () => {
+  /** How many store operations of each kind were timed so far. */
+  const timed = async (operation: string) =>
+    (await telemetry.points('idempotency.store.operation.duration'))
+      .filter((point) => point.attributes['idempotency.store.operation'] === operation)
+      .reduce((sum, point) => sum + (point.value as { count: number }).count, 0);
+  const [releasesBefore, completesBefore] = [await timed('release'), await timed('complete')];
   await post('/m/fail', newKey()).expect(500);
   await expect(outcomes('fail', 'new')).resolves.toBe(1);
   await expect(outcomes('fail', 'released')).resolves.toBe(1);
+  expect(await timed('release')).toBe(releasesBefore + 1);
+  expect(await timed('complete')).toBe(completesBefore);
 });
 
 it('counts and publishes a takeover, and the lock the hung attempt lost', async () => {
