@@ -22,7 +22,7 @@ import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempoten
 import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
 import { parseIdempotencyKey } from '../protocol/key-header.js';
-import { keyFault } from '../protocol/scope-values.js';
+import { keyFault, scopeTextFault } from '../protocol/scope-values.js';
 import { nonEmptyString, boolean } from '../protocol/option-checks.js';
 import { type GraphqlField, graphqlFieldOf, isRootMutationField } from './graphql-field.js';
 import { outcomeOf, storedException, storedValue } from './graphql-outcomes.js';
@@ -92,6 +92,14 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     // its metrics' label (an alias is the client's text, and would make a series of each).
     const label = `graphql Mutation.${fieldName}`;
     const endpoint = `${label}${fromHeader && responseKey !== fieldName ? ` as ${responseKey}` : ''}`;
+    // The alias is the client's text: one the records table cannot hold is the client's to shorten.
+    const aliasFault = scopeTextFault(endpoint);
+    if (aliasFault !== undefined) {
+      throw new IdempotencyKeyInvalidError(
+        `${this.headerName} header`,
+        `the field's alias makes its scope too long: ${aliasFault}`,
+      );
+    }
     const account = await resolveAccount(context, policy, {
       isAnswer: (error) => error instanceof GraphQLError || error instanceof HttpException,
       unresolved: (reason) => {

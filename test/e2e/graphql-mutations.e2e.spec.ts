@@ -214,6 +214,19 @@ describe('GraphQL mutations', () => {
       expect(answer.status).toBe(200);
       expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_KEY_INVALID' });
     });
+
+    it("refuses, as the client's to shorten, an alias too long for the records table, never as an outage", async () => {
+      const alias = `a${'x'.repeat(2999)}`;
+      const key = 'k'.repeat(255);
+      const mutation = `mutation { ${alias}: createCharge(amount: 10) { run } }`;
+      for (let attempt = 0; attempt < 2; attempt += 1) {
+        const answer = await send(app, mutation, {}, { 'Request-Key': key });
+        expect(answer.errors?.[0].extensions).toEqual({ code: 'IDEMPOTENCY_KEY_INVALID' });
+        expect(answer.errors?.[0].message).toContain('longer than 1000 bytes');
+      }
+      expect(await workRowsOf(db, key)).toHaveLength(0);
+      expect(app.logger.errors.filter((line) => line.includes('store is unavailable'))).toEqual([]);
+    });
   });
 
   describe('@Idempotent() on a resolver method the module never claims', () => {

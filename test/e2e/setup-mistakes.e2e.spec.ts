@@ -61,6 +61,14 @@ class ChargesController {
     return {};
   }
 
+  /** A route whose resolver gives an account longer than the records table's index holds. */
+  @Post('long-account')
+  @Idempotent({ accountResolver: () => 'a'.repeat(2800) })
+  longAccount() {
+    this.runs += 1;
+    return {};
+  }
+
   /** A route whose resolver gives an account the records table cannot hold (PostgreSQL refuses a NUL character). */
   @Post('nul-account')
   @Idempotent({ accountResolver: () => 'acct\0' })
@@ -518,6 +526,21 @@ describe('requests the module answers itself', () => {
     expect(app.get(ChargesController).runs).toBe(0);
     expect(errorsAbout('(POST /charges/no-account)')).toEqual([
       expect.stringMatching(/ChargesController\.noAccount \(POST \/charges\/no-account\): it returned the string ""/),
+    ]);
+  });
+
+  it('an account too long for the records table is a 500 of the module, not a 503 retried for ever', async () => {
+    const before = await recordCount();
+    for (let attempt = 0; attempt < 2; attempt += 1) {
+      const response = await charge('/charges/long-account').set('Idempotency-Key', 'k'.repeat(255)).send({});
+      expect(response.status).toBe(500);
+      expect(response.body.error).toBe('idempotency_account_unresolved');
+    }
+    expect(app.get(ChargesController).runs).toBe(0);
+    expect(await recordCount()).toBe(before);
+    // Logged once for the route, however often its clients retry.
+    expect(errorsAbout('(POST /charges/long-account)')).toEqual([
+      expect.stringContaining('(it is longer than 1000 bytes)'),
     ]);
   });
 
