@@ -163,6 +163,24 @@ describe('GraphQL mutations', () => {
       expect(await statusOf(db, key('missing'))).toBe('completed');
     });
 
+    it("replays the argument's key under another alias: the key is the field's, whatever its alias", async () => {
+      const under = (alias: string) =>
+        `mutation($key: String) { ${alias}: createCharge(amount: 7, idempotencyKey: $key) { run } }`;
+      const first = await send(app, under('first'), { key: key('aliased-argument') });
+      const second = await send(app, under('second'), { key: key('aliased-argument') });
+      expect(second.data).toEqual({ second: { run: first.data?.first?.run } });
+      expect(await workRowsOf(db, key('aliased-argument'))).toHaveLength(1);
+    });
+
+    it('takes the header key for an explicit null argument, as for an absent one', async () => {
+      const headers = { 'Idempotency-Key': key('null-argument') };
+      const first = await send(app, CREATE, { amount: 6, key: null }, headers);
+      expect(first.data?.createCharge?.amount).toBe(6);
+      const replay = await send(app, CREATE, { amount: 6, key: null }, headers);
+      expect(replay.data).toEqual(first.data);
+      expect(await workRowsOf(db, key('null-argument'))).toHaveLength(1);
+    });
+
     it('runs a mutation without a key unguarded, since keys are not required', async () => {
       const answer = await send(app, CREATE, { amount: 3 });
       expect(answer.data?.createCharge?.amount).toBe(3);
