@@ -1,4 +1,4 @@
-import { channel } from 'node:diagnostics_channel';
+import { type Channel, channel } from 'node:diagnostics_channel';
 import type { IdempotencyScope } from './idempotency-store.interface.js';
 
 /**
@@ -61,11 +61,20 @@ export interface IdempotencyEventPayloads {
   storeUnavailable: StoreUnavailableEvent;
 }
 
+/**
+ * The channels, held for the process's life: Node keeps a channel only weakly, so that one looked up anew at each
+ * event could be another object than the one subscribed to, once the garbage collector has taken it, and its events
+ * would reach nobody (an application's alerts falling silent after a while).
+ */
+const channels = Object.fromEntries(
+  Object.entries(IDEMPOTENCY_CHANNELS).map(([event, name]) => [event, channel(name)]),
+) as Record<keyof IdempotencyEventPayloads, Channel>;
+
 /** Publishes an event on its channel; the payload is built only when somebody subscribes. */
 export function publishIdempotencyEvent<E extends keyof IdempotencyEventPayloads>(
   event: E,
   payload: () => IdempotencyEventPayloads[E],
 ): void {
-  const target = channel(IDEMPOTENCY_CHANNELS[event]);
+  const target = channels[event];
   if (target.hasSubscribers) target.publish(payload());
 }
