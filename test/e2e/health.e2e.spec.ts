@@ -267,6 +267,32 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
     });
   });
 
+  describe('on PostgreSQL, the module not waiting, one route waiting, LISTEN on a listenConnection of its own', () => {
+    const listenProxy = useTcpProxy(db);
+    const app = useTestApp(
+      () => ({
+        database: db,
+        pool: { max: 3 },
+        postgres: { listenConnection: listenProxy.urlFor(db.url) },
+        idempotency: { singleTenant: true },
+        controllers: [...HEALTH.controllers, WaitingController],
+        imports: HEALTH.imports,
+      }),
+      () => listenProxy.bringUp(),
+    );
+
+    it('is down, once the route has waited, while LISTEN is lost and once the store is closed by the shutdown', async () => {
+      await request(app.url).post('/work').set('Idempotency-Key', randomUUID()).send({}).expect(201);
+      await health(app.url).expect(200);
+      listenProxy.takeDown();
+      expect((await health(app.url).expect(503)).body.error.idempotency).toEqual(LISTENING_DOWN);
+      listenProxy.bringUp();
+      await health(app.url).expect(200);
+      await app.moduleRef.get<IdempotencyStore>(IDEMPOTENCY_STORE).close?.();
+      expect((await health(app.url).expect(503)).body.error.idempotency).toEqual(LISTENING_DOWN);
+    });
+  });
+
   describe('on PostgreSQL behind a transaction pooler, without listenConnection (waits poll the record)', () => {
     const app = useTestApp(() => ({
       database: db,
@@ -319,6 +345,22 @@ describe("IdempotencyHealthIndicator in a terminus health check (the sample app'
       const response = await health(app.url).expect(200);
       expect(response.body.info.idempotency).toEqual(indicator('up', { store: 'reachable', listening: 'not needed' }));
     });
+  });
+
+  it("is down within its bound on a store of the application's own whose checkHealth() never answers", async () => {
+    const store = new InMemoryIdempotencyStore();
+    Object.defineProperty(store, 'checkHealth', { value: () => new Promise(() => undefined) });
+    const app = await startTestApp({ database: 'memory', store, idempotency: { singleTenant: true }, ...HEALTH });
+    try {
+      const response = await health(app.url)
+        .timeout(TIMEOUT_MS * 10)
+        .expect(503);
+      expect(response.body.error.idempotency).toEqual(
+        indicator('down', { store: 'unreachable', message: `the store did not answer within ${TIMEOUT_MS} ms` }),
+      );
+    } finally {
+      await app.close();
+    }
   });
 
   it('refuses to start on a store without checkHealth(), naming the fix', async () => {
