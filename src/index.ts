@@ -41,6 +41,7 @@ export {
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
   IdempotencyOperationInvalidError,
+  IdempotencyOutcomeWithheldError,
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,

@@ -20,6 +20,7 @@ const HTTP_STATUS: Record<IdempotencyErrorCode, number> = {
   idempotency_store_unavailable: 503,
   idempotency_shutting_down: 503,
   idempotency_record_unreadable: 500, // the server cannot read what it stored: an operator must act
+  idempotency_outcome_withheld: 500, // the request ran; the server could not store its outcome
 };
 
 /** The status of a refusal in the `default` and `ietf` profiles. */

@@ -18,6 +18,7 @@ const PROBLEM_TITLES: Readonly<Record<IdempotencyErrorCode, string>> = {
   idempotency_store_unavailable: 'Idempotency store is unavailable',
   idempotency_shutting_down: 'Server is shutting down',
   idempotency_record_unreadable: 'Stored outcome cannot be read',
+  idempotency_outcome_withheld: 'Outcome withheld',
 };
 
 /**

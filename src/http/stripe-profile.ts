@@ -28,6 +28,7 @@ const STRIPE_REFUSALS: Readonly<Record<IdempotencyErrorCode, StripeRefusal>> = {
   idempotency_store_unavailable: { status: 503, type: 'api_error', shouldRetry: true },
   idempotency_shutting_down: { status: 503, type: 'api_error', shouldRetry: true },
   idempotency_record_unreadable: { status: 500, type: 'api_error', shouldRetry: false },
+  idempotency_outcome_withheld: { status: 500, type: 'api_error', shouldRetry: false },
 };
 
 /** Stripe's answers: `{ "error": { type, code, message } }`, `Stripe-Should-Retry`, and `Idempotent-Replayed`. */

@@ -14,6 +14,7 @@ import {
   IdempotencyAccountUnresolvedError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
+  IdempotencyOutcomeWithheldError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   type KeyTerms,
@@ -307,8 +308,9 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
    * A refusal settles the message: one that may succeed later (in progress, the store unavailable, shutting down)
    * is given back, once the consumer has held it for `holdSeconds` (or at once, when shutdown's drain is over), to be
    * redelivered after `retryAfterSeconds`, doubled at each delivery; one that never will (a key reused with another
-   * payload, no key, an invalid key) is rejected, so that the broker dead-letters it. A request's caller gets the
-   * latter as an `RpcException` (`{ code, message }`), and keeps waiting through the former, for the reply of the
+   * payload, no key, an invalid key) is rejected, so that the broker dead-letters it; one whose work was done (its
+   * outcome withheld) is acknowledged, since a redelivery gets the same refusal. A request's caller gets the latter
+   * two as an `RpcException` (`{ code, message }`), and keeps waiting through the former, for the reply of the
    * delivery that runs.
    */
   refusal(error: IdempotencyError, call: MessageCall | undefined, context: ExecutionContext): unknown {
@@ -323,9 +325,15 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       );
       return request ? NEVER : EVENT_HANDLED;
     }
+    const answer = request ? new RpcException({ code: error.code, message: error.message }) : EVENT_HANDLED;
+    if (error instanceof IdempotencyOutcomeWithheldError) {
+      if (request) delivery.ackAfterReply();
+      else delivery.ack();
+      return answer;
+    }
     this.logger.warn(`A message to ${where} was rejected (${error.code}): ${error.message}`);
     delivery.reject();
-    return request ? new RpcException({ code: error.code, message: error.message }) : EVENT_HANDLED;
+    return answer;
   }
 
   /**

@@ -3,6 +3,7 @@ import type { Logger } from '@nestjs/common';
 import {
   type IdempotencyError,
   IdempotencyMisconfiguredError,
+  IdempotencyOutcomeWithheldError,
   IdempotencyStoreUnavailableError,
   type KeyTerms,
   RequestInProgressError,
@@ -17,6 +18,7 @@ import type {
 } from './idempotency-store.interface.js';
 import { describeScope, StoreTimeoutError, withTimeout } from './store-bounds.js';
 import type { OutcomeSealing } from './outcome-sealing.js';
+import { withheldOutcome } from './withheld-outcome.js';
 
 /** A final outcome to store: as this process keeps it (redacted), and as the store holds it (sealed). */
 interface OutcomeToStore {
@@ -96,17 +98,30 @@ export class ClaimEnding {
     const final =
       response !== undefined && (outcome.final ?? policy.isFinalStatus(response.status)) ? response : undefined;
     let toStore: OutcomeToStore | undefined;
+    let withheld = false;
     try {
       toStore = final && this.prepared(run, final, policy);
     } catch (error) {
-      // Storing the unredacted outcome would keep what the hook exists to keep out: nothing is stored, as if the
-      // handler had failed (a transactional route's writes roll back), and a retry runs it again.
+      // Storing the unredacted outcome would keep what the hook exists to keep out. Where a transaction rolls the
+      // handler's writes back, the claim is released as if the handler had failed; elsewhere its work stands, so a
+      // stand-in is stored that every retry is refused with, rather than run the handler again.
+      if (run.transaction) {
+        this.logger.error(
+          `The redact hook threw on the outcome of ${describeScope(run.scope)}, so it was not stored: the handler's ` +
+            `writes are rolled back and its claim released (a retry runs it again); the client gets 500. Make the ` +
+            `hook total: ${error}`,
+        );
+        await this.end(run, { response: undefined, failed: true }, policy, termsOf);
+        return new IdempotencyMisconfiguredError(`the redact hook threw: ${error}`);
+      }
       this.logger.error(
-        `The redact hook threw on the outcome of ${describeScope(run.scope)}, so it was not stored and its claim is ` +
-          `released (a retry runs the handler again); the client gets 500. Make the hook total: ${error}`,
+        `The redact hook threw on the outcome of ${describeScope(run.scope)}, whose work stands (no transaction), so ` +
+          `a stand-in is stored: the client and every retry get 500 idempotency_outcome_withheld, and the handler ` +
+          `never runs again under the key. Make the hook total: ${error}`,
       );
-      await this.end(run, { response: undefined, failed: true }, policy, termsOf);
-      return new IdempotencyMisconfiguredError(`the redact hook threw: ${error}`);
+      const standIn = withheldOutcome('redact-threw');
+      toStore = { kept: standIn, sealed: this.sealing.seal(run.scope, standIn) };
+      withheld = true;
     }
     const { transaction } = run;
     if (transaction && this.cutTransactions.has(transaction)) {
@@ -137,9 +152,10 @@ export class ClaimEnding {
     const finalized = await this.finalize(run.claim, toStore?.sealed, policy);
     if (finalized === 'held' && toStore) this.stored(run, toStore.kept, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
-    return finalized === 'taken-over' && toStore && !failed
-      ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
-      : undefined;
+    if (finalized === 'taken-over' && toStore && (withheld || !failed)) {
+      return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
+    }
+    return withheld ? new IdempotencyOutcomeWithheldError() : undefined;
   }
 
   /** The outcome to store: redacted by the route's hook, then sealed. */

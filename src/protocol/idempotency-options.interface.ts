@@ -45,8 +45,10 @@ export interface ProtocolIdempotentOptions {
    * Decides what of a final outcome is stored, and so what every replay returns: it gets the outcome about to be
    * stored (on HTTP, already without the headers that are never stored) and returns what to store instead (a body
    * without a card number, say). The first client gets the full response; its retries get what is stored, so never
-   * drop what a client needs to act (a created resource's id). A hook that throws stores nothing: the claim is
-   * released (a transactional route's writes rolled back) and the client answered 500 `idempotency_misconfigured`.
+   * drop what a client needs to act (a created resource's id). A hook that throws never gets the outcome stored: on
+   * a transactional route the writes roll back, the claim is released and the client answered 500
+   * `idempotency_misconfigured`; elsewhere the work stands, so a stand-in is stored that the client and every retry
+   * are answered 500 `idempotency_outcome_withheld` with, never running the handler again.
    * Default: none (the outcome is stored as it was sent).
    */
   redact?: OutcomeRedaction;

@@ -45,7 +45,8 @@ export type IdempotencyOutcome =
   | 'finalize.gave_up'
   | 'store_unavailable'
   | 'shutting_down'
-  | 'record_unreadable';
+  | 'record_unreadable'
+  | 'outcome_withheld';
 
 /** The store operations timed by `idempotency.store.operation.duration`. */
 export type StoreOperationName =

@@ -10,7 +10,8 @@ export type IdempotencyErrorCode =
   | 'request_in_progress'
   | 'idempotency_store_unavailable'
   | 'idempotency_shutting_down'
-  | 'idempotency_record_unreadable';
+  | 'idempotency_record_unreadable'
+  | 'idempotency_outcome_withheld';
 
 /**
  * A refusal of the module: a stable `code`, a human message, and, when retrying later may succeed, how long to wait.
@@ -160,6 +161,21 @@ export class IdempotencyRecordUnreadableError extends IdempotencyError {
       'The stored outcome of this idempotency key cannot be read by this server, so it is neither replayed nor run ' +
         'again. Retrying will not help until the server is fixed; do not retry with a new key unless running the ' +
         'operation twice is acceptable.',
+    );
+  }
+}
+
+/**
+ * The call ran, but its outcome could not be stored as it was (the `redact` hook threw on it), and its work stands
+ * (no transaction rolled it back): a stand-in is stored instead, so that the first answer and every retry's are this
+ * refusal, and the work never runs again under the key. Not the client's fault; the fix is the server's.
+ */
+export class IdempotencyOutcomeWithheldError extends IdempotencyError {
+  constructor() {
+    super(
+      'idempotency_outcome_withheld',
+      'This request was processed, but this server could not store its outcome, so the outcome is withheld. ' +
+        'Retrying with this key returns this answer and does not process the request again.',
     );
   }
 }

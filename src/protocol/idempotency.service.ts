@@ -5,6 +5,7 @@ import {
   type IdempotencyError,
   IdempotencyKeyReuseError,
   IdempotencyOperationInvalidError,
+  IdempotencyOutcomeWithheldError,
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
@@ -58,6 +59,7 @@ import {
   callAttributes,
 } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
+import { isWithheldOutcome } from './withheld-outcome.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
 
 /** What an attempt does next: run the work under its claim, or replay the stored outcome. */
@@ -238,7 +240,7 @@ export class IdempotencyService {
     const cached = this.replays.get(scope);
     if (cached) {
       if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError(terms);
-      return { action: 'replay', response: cached.response, from: 'memory' };
+      return replayOf(cached.response, 'memory');
     }
     const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
     this.telemetry.claimedFor(claim, attributes);
@@ -276,7 +278,7 @@ export class IdempotencyService {
       if (existing.status === 'completed') {
         wait.stop();
         if (!response) throw new IdempotencyRecordUnreadableError();
-        return { action: 'replay', response, from: 'store' };
+        return replayOf(response, 'store');
       }
       if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
       if (!waited) this.telemetry.count('waited', attributes); // once per attempt that waits
@@ -514,6 +516,12 @@ function checkOperationPart(
   if (fault !== undefined) throw new IdempotencyOperationInvalidError(field, fault);
 }
 
+/** The replay of a stored outcome; a withheld one's stand-in is refused as the first call was. */
+function replayOf(response: StoredResponse, from: 'memory' | 'store'): IdempotencyDecision {
+  if (isWithheldOutcome(response)) throw new IdempotencyOutcomeWithheldError();
+  return { action: 'replay', response, from };
+}
+
 /** What a decision counts as on `idempotency.outcomes`. */
 function outcomeOf(decision: IdempotencyDecision): IdempotencyOutcome {
   if (decision.action === 'replay') return decision.from === 'memory' ? 'replay.memory' : 'replay.store';
@@ -527,6 +535,7 @@ function refusalOutcome(error: unknown): IdempotencyOutcome | undefined {
   if (error instanceof IdempotencyShuttingDownError) return 'shutting_down';
   if (error instanceof IdempotencyStoreUnavailableError) return 'store_unavailable';
   if (error instanceof IdempotencyRecordUnreadableError) return 'record_unreadable';
+  if (error instanceof IdempotencyOutcomeWithheldError) return 'outcome_withheld';
   return undefined;
 }
 

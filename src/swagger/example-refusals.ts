@@ -6,6 +6,7 @@ import {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
+  IdempotencyOutcomeWithheldError,
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
@@ -29,5 +30,6 @@ export function exampleRefusals(headerName: string, required: boolean): Idempote
     new IdempotencyStoreUnavailableError(2),
     new IdempotencyShuttingDownError(2),
     new IdempotencyRecordUnreadableError(),
+    new IdempotencyOutcomeWithheldError(),
   ];
 }

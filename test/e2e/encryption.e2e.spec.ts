@@ -1,6 +1,6 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
-import { Body, Controller, Header, Post } from '@nestjs/common';
+import { Body, Controller, Header, Headers, Post } from '@nestjs/common';
 import request from 'supertest';
 import {
   IdempotencyService,
@@ -13,11 +13,13 @@ import { IDEMPOTENCY_CHANNELS, type RecordUnreadableEvent } from '../../src/prot
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp, startTestContext, type TestApp } from '../support/test-app.js';
 import { recordCountOf, useTestDatabase } from '../support/test-database.js';
+import { WORK_LOG, workRowsOf } from '../support/work-log.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 
 // Issue 21, "Protect": outcomes stored encrypted on the real PostgreSQL store, replayed across a rotation of the key
 // ring, refused (never replayed nor run again) when they cannot be decrypted; the redact hook's stored outcome.
 
-const db = useTestDatabase();
+const db = useTestDatabase(WORK_LOG);
 
 /** What must never reach the table in clear: in the body, and in a stored header. */
 const BODY_MARKER = 'PLAINTEXT-BODY-MARKER-4242';
@@ -32,6 +34,10 @@ let runs = 0;
 function redactCard(outcome: StoredResponse): StoredResponse {
   const body = JSON.parse(outcome.body.toString('utf8')) as Record<string, unknown>;
   return { ...outcome, body: Buffer.from(JSON.stringify({ ...body, card: '[redacted]' })) };
+}
+
+function throwingHook(): StoredResponse {
+  throw new Error('the hook failed');
 }
 
 @Controller('charges')
@@ -57,14 +63,26 @@ class ChargesController {
     runs += 1;
     return { id: `ch_${runs}`, card: BODY_MARKER };
   }
+}
 
-  @Post('redact-throws')
-  @Idempotent({
-    redact: () => {
-      throw new Error('the hook failed');
-    },
-  })
+/** Routes whose redact hook throws, on the PostgreSQL store. */
+@Controller('charges/redact-throws')
+class BrokenHookController {
+  constructor(private readonly postgres: PostgresIdempotencyContext) {}
+
+  @Post()
+  @Idempotent({ redact: throwingHook })
   createWithBrokenHook() {
+    runs += 1;
+    return { id: `ch_${runs}` };
+  }
+
+  @Post('transactional')
+  @Idempotent({ transactional: true, redact: throwingHook })
+  async createInTransactionWithBrokenHook(@Headers('idempotency-key') key: string) {
+    const manager = this.postgres.manager;
+    if (!manager) throw new Error('a transactional handler runs in its transaction');
+    await manager.query('INSERT INTO work_log (key) VALUES ($1)', [key]);
     runs += 1;
     return { id: `ch_${runs}` };
   }
@@ -79,7 +97,7 @@ async function withApp<T>(
     database: db,
     pool: { max: 3 },
     idempotency: { singleTenant: true, encryption, storedResponseHeaders: ['x-card-hint'], replayCache: false },
-    controllers: [ChargesController],
+    controllers: [ChargesController, BrokenHookController],
     listen: false,
     logger,
   });
@@ -311,23 +329,61 @@ describe('the redact hook', () => {
     });
   });
 
-  it('stores nothing when it throws: the claim is released, the client answered 500, a retry runs again', async () => {
+  it('stores a stand-in when it throws on a standard route: the first answer and every retry 500 idempotency_outcome_withheld, the handler run once', async () => {
+    const key = randomUUID();
+    const logger = new RecordingLogger();
+    const runsBefore = runs;
+    const withReplayCache = await startTestApp({
+      database: db,
+      pool: { max: 3 },
+      idempotency: { singleTenant: true, encryption: { keys: [keyA] } },
+      controllers: [BrokenHookController],
+      listen: false,
+      logger,
+    });
+    try {
+      const first = await charge(withReplayCache, key, '/charges/redact-throws').expect(500);
+      expect(first.body).toEqual({
+        statusCode: 500,
+        error: 'idempotency_outcome_withheld',
+        message: expect.stringContaining('does not process the request again'),
+      });
+      // Retried on the instance that stored it (from its memory), and on another (from the store).
+      expect((await charge(withReplayCache, key, '/charges/redact-throws').expect(500)).body).toEqual(first.body);
+      await withApp({ keys: [keyA] }, async (other) => {
+        expect((await charge(other, key, '/charges/redact-throws').expect(500)).body).toEqual(first.body);
+      });
+    } finally {
+      await withReplayCache.close();
+    }
+    expect(runs).toBe(runsBefore + 1);
+    // The stand-in is sealed like any outcome: its status in clear, nothing else.
+    const row = await storedRowOf(key);
+    expect(row.response_status).toBe(500);
+    expect(row.headers).not.toContain('withheld');
+    expect(logger.errors).toEqual([
+      expect.stringMatching(/The redact hook threw on the outcome.*a stand-in is stored.*Make the hook total/),
+    ]);
+  });
+
+  it('stores nothing when it throws on a transactional route: the writes rolled back, the claim released, 500 idempotency_misconfigured', async () => {
     const key = randomUUID();
     const logger = new RecordingLogger();
     await withApp(
       undefined,
       async (app) => {
         const runsBefore = runs;
-        const answer = await charge(app, key, '/charges/redact-throws').expect(500);
+        const answer = await charge(app, key, '/charges/redact-throws/transactional').expect(500);
         expect(answer.body).toMatchObject({ error: 'idempotency_misconfigured' });
         expect(await recordCountOf(db, key)).toBe(0);
-        await charge(app, key, '/charges/redact-throws').expect(500);
+        await charge(app, key, '/charges/redact-throws/transactional').expect(500);
         expect(runs).toBe(runsBefore + 2);
+        expect(await workRowsOf(db, key)).toEqual([]);
       },
       logger,
     );
     expect(logger.errors).toContainEqual(
-      expect.stringMatching(/The redact hook threw on the outcome.*Make the hook total/),
+      expect.stringMatching(/The redact hook threw on the outcome.*writes are rolled back.*Make the hook total/),
     );
   });
 });

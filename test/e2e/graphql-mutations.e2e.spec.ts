@@ -247,6 +247,28 @@ describe('GraphQL mutations', () => {
     });
   });
 
+  describe.each([
+    ['standard', false, 'IDEMPOTENCY_OUTCOME_WITHHELD', 1],
+    ['transactional', true, 'IDEMPOTENCY_MISCONFIGURED', 0],
+  ])('%s mode, a redact hook that throws', (mode, transactional, code, rowsKept) => {
+    const redact = () => {
+      throw new Error('the hook failed');
+    };
+    const app = useTestApp(() => graphqlApp(db, transactional, { keyArgument: 'idempotencyKey' }, { redact }));
+
+    it(`answers ${code} to the mutation and its retries, its work kept ${rowsKept} time(s)`, async () => {
+      const key = `redact-throws-${mode}`;
+      const first = await send(app, CREATE, { amount: 8, key });
+      expect(first.errors?.[0].extensions).toEqual({ code });
+      for (let retry = 0; retry < 2; retry += 1) {
+        expect((await send(app, CREATE, { amount: 8, key })).errors?.[0]).toEqual(first.errors?.[0]);
+      }
+      expect(await workRowsOf(db, key)).toHaveLength(rowsKept);
+      // Standard mode stores a stand-in, which its retries get; transactional mode releases the key.
+      expect(await statusOf(db, key)).toBe(transactional ? undefined : 'completed');
+    });
+  });
+
   describe('@Idempotent() on a resolver method the module never claims', () => {
     @ObjectType()
     class Account {

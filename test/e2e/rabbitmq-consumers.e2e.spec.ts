@@ -187,6 +187,46 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
     });
   });
 
+  describe('standard mode, a redact hook that throws', () => {
+    const queue = useTestQueue();
+    const consumer = useRabbitMqConsumer(queue, () => ({
+      database: db,
+      pool: { max: 4 },
+      idempotency: {
+        singleTenant: true,
+        redact: () => {
+          throw new Error('the hook failed');
+        },
+      },
+      controllers: [PayoutsConsumer],
+    }));
+
+    it('acknowledges the message and its redeliveries, run once, and answers a request and its retry withheld', async () => {
+      await queue.publish('payout.requested', { amount: 4 }, { messageId: 'withheld-event' });
+      await waitFor(async () => ((await statusOf(db, 'withheld-event')) === 'completed' ? true : undefined), 'stored');
+      await queue.publish('payout.requested', { amount: 4 }, { messageId: 'withheld-event' });
+      const client = await rabbitMqClient(queue);
+      try {
+        const withheld = { code: 'idempotency_outcome_withheld', message: expect.stringContaining('withheld') };
+        for (let call = 0; call < 2; call += 1) {
+          await expect(request(client, 'payout.quote', { amount: 4 }, 'withheld-request')).rejects.toEqual(withheld);
+        }
+      } finally {
+        await client.close();
+      }
+      await waitFor(async () => (consumer.handled.count >= 4 ? true : undefined), 'four deliveries handled');
+      await consumer.close();
+      expect(await workRowsOf(db, 'withheld-event')).toHaveLength(1);
+      expect(await workRowsOf(db, 'withheld-request')).toHaveLength(1);
+      expect(await queue.ready()).toBe(0);
+      expect(await queue.takeDeadLetters()).toEqual([]);
+      expect(consumer.logger.errors).toEqual([
+        expect.stringContaining('The redact hook threw'),
+        expect.stringContaining('The redact hook threw'),
+      ]);
+    });
+  });
+
   describe('two consumers on one queue', () => {
     const queue = useTestQueue();
     const consumers: TestConsumer[] = [];

@@ -3,6 +3,7 @@ import type { INestApplicationContext } from '@nestjs/common';
 import {
   IdempotencyKeyReuseError,
   IdempotencyOperationInvalidError,
+  IdempotencyOutcomeWithheldError,
   IdempotencyService,
   InMemoryIdempotencyStore,
   RequestInProgressError,
@@ -143,6 +144,22 @@ describe('IdempotencyService.execute', () => {
     );
     expect(retried).toEqual({ result: 'paid', replayed: false });
     await expect(db.query('SELECT * FROM payouts_made WHERE key = $1', [key])).resolves.toEqual([{ key }]);
+  });
+
+  it('refuses the call and every later one with the outcome withheld when the redact hook throws, running once', async () => {
+    const key = randomUUID();
+    let runs = 0;
+    const redact = () => {
+      throw new Error('the hook failed');
+    };
+    const work = async () => ({ payoutId: `po_${(runs += 1)}` });
+    for (let call = 0; call < 3; call += 1) {
+      await expect(service.execute(payout(key), work, { redact })).rejects.toThrow(IdempotencyOutcomeWithheldError);
+    }
+    expect(runs).toBe(1);
+    // A later call without the hook gets the stand-in too: the work's result was never stored.
+    await expect(service.execute(payout(key), work)).rejects.toThrow(IdempotencyOutcomeWithheldError);
+    expect(logger.errors.splice(0)).toEqual([expect.stringMatching(/The redact hook threw .* a stand-in is stored/)]);
   });
 
   it('shows the work its run through PostgresIdempotencyContext', async () => {
