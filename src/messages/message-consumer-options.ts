@@ -2,6 +2,7 @@ import { HttpException } from '@nestjs/common';
 import { RpcException } from '@nestjs/microservices';
 import { callable, nonEmptyString, oneOf, positive, positiveInteger } from '../protocol/option-checks.js';
 import { describedValue } from '../protocol/described-value.js';
+import { IdempotencyOutcomeWithheldError } from '../protocol/idempotency.errors.js';
 import type { MessageConsumerOptions, MessageKeySource } from './message-options.interface.js';
 
 /** A consumer transport's options, checked, with their defaults. */
@@ -19,11 +20,12 @@ const TRY_AGAIN_STATUSES: ReadonlySet<number> = new Set([408, 425, 429]);
 
 /**
  * The outcomes of a message that its redelivery would only repeat: an `RpcException` (how a handler answers its caller
- * with an error), and an `HttpException` of a client's error (a `ValidationPipe`'s 400 for a payload it refuses:
- * the same payload comes back), but those that say "later" (408, 425, 429). Anything else is a fault, retried.
+ * with an error), an `HttpException` of a client's error (a `ValidationPipe`'s 400 for a payload it refuses:
+ * the same payload comes back), but those that say "later" (408, 425, 429), and the withheld outcome of an
+ * `execute()` it called (its redeliveries would be refused the same). Anything else is a fault, retried.
  */
 export function isFinalErrorByDefault(error: unknown): boolean {
-  if (error instanceof RpcException) return true;
+  if (error instanceof RpcException || error instanceof IdempotencyOutcomeWithheldError) return true;
   if (!(error instanceof HttpException)) return false;
   const status = error.getStatus();
   return status >= 400 && status < 500 && !TRY_AGAIN_STATUSES.has(status);

@@ -1,5 +1,6 @@
 import { HttpException } from '@nestjs/common';
 import { RpcException } from '@nestjs/microservices';
+import { IdempotencyError } from '../protocol/idempotency.errors.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 
 /**
@@ -36,6 +37,7 @@ export function outcomeOf(stored: StoredResponse): MessageOutcome {
 export function storableError(error: unknown): unknown {
   if (error instanceof RpcException) return error.getError();
   if (error instanceof HttpException) return error.getResponse();
+  if (error instanceof IdempotencyError) return { code: error.code, message: error.message };
   if (error instanceof Error) return { name: error.name, message: error.message };
   return error;
 }

@@ -108,7 +108,7 @@ export class ClaimEnding {
       if (run.transaction) {
         this.logger.error(
           `The redact hook threw on the outcome of ${describeScope(run.scope)}, so it was not stored: the handler's ` +
-            `writes are rolled back and its claim released (a retry runs it again); the client gets 500. Make the ` +
+            `writes are rolled back, its claim released, and the call refused as idempotency_misconfigured. Make the ` +
             `hook total: ${error}`,
         );
         await this.end(run, { response: undefined, failed: true }, policy, termsOf);
@@ -161,8 +161,11 @@ export class ClaimEnding {
   /** The outcome to store: redacted by the route's hook, then sealed. */
   private prepared(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): OutcomeToStore {
     const kept = policy.redact ? policy.redact(response, run.scope) : response;
-    if (typeof kept?.status !== 'number' || typeof kept.headers !== 'object' || !Buffer.isBuffer(kept.body)) {
-      throw new TypeError('it returned no { status, headers, body } outcome with a Buffer body');
+    if (!isStorableOutcome(kept)) {
+      throw new TypeError(
+        'it returned no { status, headers, body } outcome: an integer status from 100 to 599, headers of strings ' +
+          'or arrays of strings, and a Buffer body',
+      );
     }
     return { kept, sealed: this.sealing.seal(run.scope, kept) };
   }
@@ -296,4 +299,16 @@ export class ClaimEnding {
     } else this.telemetry.count(response ? 'stored' : 'released', this.telemetry.attributesOf(claim));
     return held;
   }
+}
+
+/** Whether a redact hook's value is an outcome the store can hold and a transport replay, as its own are. */
+function isStorableOutcome(value: StoredResponse | undefined): value is StoredResponse {
+  if (typeof value !== 'object' || value === null) return false;
+  const { status, headers, body } = value;
+  if (!Number.isInteger(status) || status < 100 || status > 599 || !Buffer.isBuffer(body)) return false;
+  if (typeof headers !== 'object' || headers === null || Array.isArray(headers)) return false;
+  return Object.values(headers).every(
+    (header) =>
+      typeof header === 'string' || (Array.isArray(header) && header.every((part) => typeof part === 'string')),
+  );
 }

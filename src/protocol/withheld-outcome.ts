@@ -1,10 +1,10 @@
 import type { StoredResponse } from './idempotency-store.interface.js';
 
 /**
- * The header that marks a stored stand-in. No transport stores it of its own: HTTP stores only the headers
- * `storedResponseHeaders` names, and the other transports' outcomes have fixed headers.
+ * The header that marks a stored stand-in: its name cannot be an HTTP field name (a colon is no token character), so
+ * no outcome a transport stores has it.
  */
-const WITHHELD_HEADER = 'nest-idempotency-withheld';
+const WITHHELD_HEADER = ':nest-idempotency-withheld';
 
 /**
  * What is stored in place of an outcome that could not be stored as it was (the `redact` hook threw on it) while its

@@ -6,6 +6,7 @@ import {
   IdempotencyService,
   Idempotent,
   InMemoryIdempotencyStore,
+  type IdempotencyScope,
   type OutcomeEncryptionOptions,
   type StoredResponse,
 } from '../../src/index.js';
@@ -40,6 +41,19 @@ function throwingHook(): StoredResponse {
   throw new Error('the hook failed');
 }
 
+/** Values a hook may return that no store can hold or no transport replay, chosen by the key's prefix. */
+const MALFORMED: Record<string, (outcome: StoredResponse) => unknown> = {
+  'status-out-of-range': (outcome) => ({ ...outcome, status: 40000 }),
+  'status-not-integer': (outcome) => ({ ...outcome, status: 201.5 }),
+  'headers-null': (outcome) => ({ ...outcome, headers: null }),
+  'header-object': (outcome) => ({ ...outcome, headers: { 'x-thing': { a: 1 } } }),
+  'body-string': (outcome) => ({ ...outcome, body: 'text' }),
+};
+
+function malformedHook(outcome: StoredResponse, scope: IdempotencyScope): StoredResponse {
+  return MALFORMED[scope.key.slice(0, scope.key.lastIndexOf(':'))](outcome) as StoredResponse;
+}
+
 @Controller('charges')
 class ChargesController {
   @Post()
@@ -69,6 +83,13 @@ class ChargesController {
 @Controller('charges/redact-throws')
 class BrokenHookController {
   constructor(private readonly postgres: PostgresIdempotencyContext) {}
+
+  @Post('malformed')
+  @Idempotent({ redact: malformedHook })
+  createWithMalformedHook() {
+    runs += 1;
+    return { id: `ch_${runs}` };
+  }
 
   @Post()
   @Idempotent({ redact: throwingHook })
@@ -365,6 +386,27 @@ describe('the redact hook', () => {
       expect.stringMatching(/The redact hook threw on the outcome.*a stand-in is stored.*Make the hook total/),
     ]);
   });
+
+  it.each(Object.keys(MALFORMED))(
+    'takes a value the store cannot hold (%s) as a throw: withheld, the handler run once',
+    async (malformed) => {
+      const key = `${malformed}:${randomUUID()}`;
+      const runsBefore = runs;
+      const logger = new RecordingLogger();
+      await withApp(
+        { keys: [keyA] },
+        async (app) => {
+          for (let call = 0; call < 3; call += 1) {
+            const answer = await charge(app, key, '/charges/redact-throws/malformed').expect(500);
+            expect(answer.body).toMatchObject({ error: 'idempotency_outcome_withheld' });
+          }
+        },
+        logger,
+      );
+      expect(runs).toBe(runsBefore + 1);
+      expect(logger.errors).toEqual([expect.stringContaining('it returned no { status, headers, body } outcome')]);
+    },
+  );
 
   it('stores nothing when it throws on a transactional route: the writes rolled back, the claim released, 500 idempotency_misconfigured', async () => {
     const key = randomUUID();

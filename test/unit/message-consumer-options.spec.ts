@@ -11,6 +11,10 @@ import {
   keyNameOf,
   resolveConsumerOptions,
 } from '../../src/messages/message-consumer-options.js';
+import {
+  IdempotencyOutcomeWithheldError,
+  IdempotencyStoreUnavailableError,
+} from '../../src/protocol/idempotency.errors.js';
 import { outcomeOf, storableError, storedOutcome } from '../../src/messages/message-outcomes.js';
 import { redeliveryDelayMs } from '../../src/messages/message-transport.js';
 
@@ -33,6 +37,8 @@ describe('message consumer options', () => {
     [new HttpException('timeout', 408), false],
     [new HttpException('teapot', 418), true],
     [new HttpException('no content', 204), false],
+    [new IdempotencyOutcomeWithheldError(), true],
+    [new IdempotencyStoreUnavailableError(2), false],
   ])("take %s for a message's final outcome: %s", (error, final) => {
     expect(isFinalErrorByDefault(error)).toBe(final);
   });
@@ -72,6 +78,11 @@ describe('message outcomes', () => {
 
   it('keep of an error that is not an RpcException its name and message', () => {
     expect(storableError(new TypeError('bad payout'))).toEqual({ name: 'TypeError', message: 'bad payout' });
+  });
+
+  it("keep of the module's refusal its code and message, as a request's caller gets a refusal", () => {
+    const refusal = new IdempotencyOutcomeWithheldError();
+    expect(storableError(refusal)).toEqual({ code: 'idempotency_outcome_withheld', message: refusal.message });
   });
 
   it('store a value as the JSON Nest sends for it, so that a replay sends the same bytes', () => {
