@@ -12,8 +12,9 @@ export interface SampleConfig {
    */
   transactionPooler: boolean;
   /**
-   * A postgres:// URL straight to PostgreSQL (`DATABASE_DIRECT_URL`), for what needs a session of its own: the
-   * migrations, which hold an advisory lock while they run, and the store's LISTEN. Unset, both use `databaseUrl`.
+   * A postgres:// URL straight to PostgreSQL (`DATABASE_DIRECT_URL`), for what must not go through a pooler: the
+   * migrations, which hold a session advisory lock while they run, the store's LISTEN, and the fake payment
+   * provider's ledger (an external service's database). Unset, they all use `databaseUrl`.
    */
   databaseDirectUrl?: string;
   port: number;
