@@ -55,7 +55,10 @@ export class AppModule implements NestModule {
           extra: { max: config.databasePoolSize, connectionTimeoutMillis: 3000 },
         }),
         IdempotencyModule.forRoot({
-          store: IdempotencyPostgresModule.forRoot(),
+          store: IdempotencyPostgresModule.forRoot({
+            transactionPooler: config.transactionPooler,
+            listenConnection: config.databaseDirectUrl,
+          }),
           ttlSeconds: config.ttlSeconds,
           leaseSeconds: config.leaseSeconds,
           transactional: config.transactional,

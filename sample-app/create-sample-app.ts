@@ -3,7 +3,7 @@ import { NestFactory } from '@nestjs/core';
 import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { DataSource } from 'typeorm';
 import { serveApiDocs } from './api-docs.js';
-import { AppModule } from './app.module.js';
+import { AppModule, SAMPLE_MIGRATIONS } from './app.module.js';
 import { payoutBrokers } from './brokers/payout-brokers.js';
 import type { PaymentProvider } from './payment-provider.js';
 import type { SampleConfig } from './sample-config.js';
@@ -32,11 +32,27 @@ export async function createSampleApp(config: SampleConfig, options: SampleAppOp
       ? await NestFactory.create(module, new FastifyAdapter({ bodyLimit: BODY_LIMIT_BYTES }), appOptions)
       : await NestFactory.create(module, appOptions);
   serveApiDocs(app, config);
-  await runMigrations(app.get(DataSource));
+  if (config.databaseDirectUrl === undefined) await runMigrations(app.get(DataSource));
+  else await runMigrationsOver(config.databaseDirectUrl);
   // After the migrations: a message may arrive as soon as its consumer starts.
   for (const broker of payoutBrokers(config)) await broker.connect(app);
   await app.startAllMicroservices();
   return app;
+}
+
+/**
+ * The migrations on a short-lived data source of their own, straight to PostgreSQL at `directUrl`: behind a
+ * transaction pooler, the app's data source would hold the migrations' session advisory lock on a server connection
+ * other clients share, and let it go (or keep it) with whichever transaction came next.
+ */
+async function runMigrationsOver(directUrl: string): Promise<void> {
+  const dataSource = new DataSource({ type: 'postgres', url: directUrl, migrations: SAMPLE_MIGRATIONS });
+  await dataSource.initialize();
+  try {
+    await runMigrations(dataSource);
+  } finally {
+    await dataSource.destroy();
+  }
 }
 
 /** Several instances may start at once against one database: an advisory lock serialises their migrations. */

@@ -1,6 +1,7 @@
 import type { Server } from 'node:http';
 import 'reflect-metadata';
 import { fileURLToPath } from 'node:url';
+import { IdempotencySetupError } from '../src/index.js';
 import { createSampleApp } from './create-sample-app.js';
 import { startEmbeddedDatabase } from './embedded-database.js';
 import { serveMetrics } from './metrics-exporter.js';
@@ -55,5 +56,12 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   console.error(error);
+  // The store's refusal names its own options; the sample app sets them from its environment.
+  if (error instanceof IdempotencySetupError && error.message.includes('transaction pooler')) {
+    console.error(
+      'Behind a transaction pooler, start the sample app with DATABASE_TRANSACTION_POOLER=true and ' +
+        'DATABASE_DIRECT_URL (a postgres:// URL straight to PostgreSQL): see "Behind PgBouncer" in docs/sample-app.md',
+    );
+  }
   process.exit(1);
 });

@@ -46,7 +46,10 @@ export class FakePaymentProvider implements PaymentProvider, OnModuleDestroy {
   private readonly logger = new Logger('FakePaymentProvider');
 
   constructor(@Inject(SAMPLE_CONFIG) private readonly config: SampleConfig) {
-    this.ledger = new pg.Pool({ connectionString: config.databaseUrl, max: 4 });
+    // Straight to PostgreSQL when the app goes through a transaction pooler, as an external service's database is
+    // none of the app's pooler's: there, its writes would wait for a server connection held by the very charges'
+    // transactions that call it, all of them when the charges outnumber PgBouncer's pool (its query_wait_timeout).
+    this.ledger = new pg.Pool({ connectionString: config.databaseDirectUrl ?? config.databaseUrl, max: 4 });
     // An idle connection the database cut is replaced by the pool; its error must not bring the app down.
     this.ledger.on('error', (error) => this.logger.warn(`A provider ledger connection was lost: ${error.message}`));
   }

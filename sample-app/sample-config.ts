@@ -6,6 +6,17 @@ export interface SampleConfig {
   databaseUrl: string;
   /** The most connections the app's TypeORM pool opens (the payment provider's ledger has 4 of its own). */
   databasePoolSize: number;
+  /**
+   * Whether `databaseUrl` goes through a transaction pooler, PgBouncer in transaction mode say
+   * (`DATABASE_TRANSACTION_POOLER`): the idempotency store then sends unnamed statements. Needs `databaseDirectUrl`.
+   */
+  transactionPooler: boolean;
+  /**
+   * A postgres:// URL straight to PostgreSQL (`DATABASE_DIRECT_URL`), for what must not go through a pooler: the
+   * migrations, which hold a session advisory lock while they run, the store's LISTEN, and the fake payment
+   * provider's ledger (an external service's database). Unset, they all use `databaseUrl`.
+   */
+  databaseDirectUrl?: string;
   port: number;
   ttlSeconds: number;
   leaseSeconds: number;
@@ -48,9 +59,21 @@ export type PausePoint = (typeof PAUSE_POINTS)[number];
 export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');
 
 export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string): SampleConfig {
+  const transactionPooler = choice(env, 'DATABASE_TRANSACTION_POOLER', ['true', 'false'], 'false') === 'true';
+  const databaseDirectUrl = env.DATABASE_DIRECT_URL || undefined;
+  // Through the pooler, the migrations' session lock would be let go with each transaction, and LISTEN would miss
+  // its notifications: refused here, before anything runs, rather than found out at the first concurrent start.
+  if (transactionPooler && databaseDirectUrl === undefined) {
+    throw new Error(
+      'DATABASE_TRANSACTION_POOLER=true needs DATABASE_DIRECT_URL: a postgres:// URL straight to PostgreSQL (not ' +
+        'through the pooler), on which the migrations hold their advisory lock and waits LISTEN',
+    );
+  }
   return {
     databaseUrl,
     databasePoolSize: integer(env, 'DATABASE_POOL_SIZE', 20, 1),
+    transactionPooler,
+    databaseDirectUrl,
     port: integer(env, 'PORT', 3000, 0),
     ttlSeconds: integer(env, 'IDEMPOTENCY_TTL_SECONDS', 24 * 60 * 60, 1),
     leaseSeconds: integer(env, 'IDEMPOTENCY_LEASE_SECONDS', 60, 1),

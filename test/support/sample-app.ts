@@ -32,6 +32,7 @@ export async function startSampleApp(
     {
       port: 0,
       databasePoolSize: 20,
+      transactionPooler: false,
       ttlSeconds: 86_400,
       leaseSeconds: 60,
       providerDelayMs: 0,
