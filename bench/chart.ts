@@ -1,5 +1,5 @@
 import { CONSUMER_NAME } from './consumer-bench.js';
-import type { BenchResult } from './run.js';
+import type { BenchResult } from './bench-result.js';
 
 const ROW = 22;
 const LABEL = 300;

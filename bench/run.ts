@@ -10,6 +10,7 @@ import pg from 'pg';
 import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sample-app/embedded-database.js';
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
+import type { BenchResult, Measure } from './bench-result.js';
 import { renderChart } from './chart.js';
 import { checkTargets, formatTargets } from './targets.js';
 import {
@@ -293,28 +294,6 @@ async function pgbouncerUnavailable(database: TestDatabase, embedded: boolean): 
 /** The replay keys of a configuration's app: `replay-<platform>-<n>`, or `replay-peer-<n>` for the peer's. */
 const replayPrefix = (config: Pick<Config, 'target' | 'platform'>) =>
   config.target === 'peer' ? 'peer' : config.platform;
-
-interface Measure {
-  requestsPerSecond: number;
-  p50: number;
-  p99: number;
-  max: number;
-  errors: number;
-  statuses: Record<string, number>;
-  /** The server's checkpoints that ended during the measured seconds (each of all rounds, summed in a result). */
-  checkpoints: number;
-}
-
-export interface BenchResult extends Measure {
-  config: string;
-  name: string;
-  connections: number;
-  platform: Platform;
-  /** To the baseline of its platform (at the same concurrency, or at 64). */
-  ratio: number;
-  /** A Fastify row's to the same configuration on Express; null on Express's rows, or when it was not measured. */
-  ratioToExpress: number | null;
-}
 
 async function measure(
   app: RunningApp,

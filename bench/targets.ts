@@ -1,4 +1,4 @@
-import type { BenchResult } from './run.js';
+import type { BenchResult } from './bench-result.js';
 
 /** One target of issue #19, as measured in one run: met, missed, or not measured here (and why). */
 export interface TargetCheck {

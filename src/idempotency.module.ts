@@ -1,9 +1,9 @@
 import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
 import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
-import { HttpPlatformCheck } from './http/http-platform-check.js';
+import { HttpPlatformCheck } from './http/platforms/http-platform-check.js';
 import { DrainBeforeClose } from './http/drain-before-close.js';
-import { trackIdempotentRoutes } from './http/idempotent-routes.js';
+import { trackIdempotentRoutes } from './http/requests/idempotent-routes.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { HttpTransport } from './http/http-transport.js';
 import { IdempotencyInterceptor } from './protocol/idempotency.interceptor.js';

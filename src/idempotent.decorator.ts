@@ -1,6 +1,6 @@
 import { SetMetadata } from '@nestjs/common';
 import { IDEMPOTENT_METADATA } from './protocol/idempotency.tokens.js';
-import { resolveHttpPolicy } from './http/http-policy.js';
+import { resolveHttpPolicy } from './http/requests/http-policy.js';
 import type { IdempotentOptions } from './idempotency-options.js';
 import { resolvePolicy } from './protocol/idempotency-policy.js';
 

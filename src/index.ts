@@ -21,10 +21,10 @@ export type {
   HttpIdempotencyModuleOptions,
   HttpIdempotentOptions,
 } from './http/http-options.interface.js';
-export { HTTP_PROFILES, type HttpProfileName } from './http/http-profile.js';
+export { HTTP_PROFILES, type HttpProfileName } from './http/answers/http-profile.js';
 export { isFinalStatusByDefault } from './protocol/idempotency-policy.js';
-export { sha256Fingerprint } from './http/http-policy.js';
-export { jsonFieldsFingerprint, type JsonFieldsSelection } from './http/json-fields-fingerprint.js';
+export { sha256Fingerprint } from './http/requests/http-policy.js';
+export { jsonFieldsFingerprint, type JsonFieldsSelection } from './http/requests/json-fields-fingerprint.js';
 
 // Operations that are not HTTP requests (queue consumers, jobs), and the purge on demand.
 export { type ExecuteResult, type IdempotentOperation, IdempotencyService } from './protocol/idempotency.service.js';

@@ -5,7 +5,7 @@ import type { MicroserviceOptions } from '@nestjs/microservices';
 import { IdempotencyJetStreamModule, JetStreamServer } from '../../src/jetstream/index.js';
 import type { SampleConfig } from '../sample-config.js';
 import { JetStreamDeliveryWatch } from './jetstream-delivery-watch.guard.js';
-import type { PayoutBroker } from './payout-brokers.js';
+import type { PayoutBroker } from './payout-broker.js';
 
 /**
  * The subjects of the payout requests (the consumer's patterns, `payouts.requested` and `payouts.create`, which

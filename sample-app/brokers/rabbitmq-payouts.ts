@@ -4,7 +4,7 @@ import { type MicroserviceOptions, Transport } from '@nestjs/microservices';
 import amqp from 'amqplib';
 import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
 import type { SampleConfig } from '../sample-config.js';
-import type { PayoutBroker } from './payout-brokers.js';
+import type { PayoutBroker } from './payout-broker.js';
 import { RabbitMqDeliveryWatch } from './rabbitmq-delivery-watch.guard.js';
 
 /** How often a message is delivered before RabbitMQ dead-letters it (a handler that keeps failing, not for good). */

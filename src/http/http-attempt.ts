@@ -1,21 +1,21 @@
 import { type CallHandler, type ExecutionContext, HttpException, type Logger } from '@nestjs/common';
 import type { HttpAdapterHost } from '@nestjs/core';
 import { finalize, lastValueFrom, Observable, ReplaySubject, tap, timeout, TimeoutError } from 'rxjs';
-import { isNestReplying } from './nest-replies.js';
+import { isNestReplying } from './capture/nest-replies.js';
 import type { OnceLog } from '../protocol/once-log.js';
-import type { RoutePlan } from './route-plans.js';
+import type { RoutePlan } from './requests/route-plans.js';
 import { runWithin } from '../protocol/current-run.js';
 import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
 import type { IdempotencyRun } from '../protocol/idempotency-run.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import type { AttemptOutcome } from '../protocol/claim-ending.js';
-import { errorResponse } from './http-answers.js';
-import type { HttpPlatform, HttpResponse } from './http-platform.js';
-import type { HttpRoutePolicy } from './http-policy.js';
-import { HandlerWork } from './handler-work.js';
-import { isSerializableBody, responseForValue } from './handler-outcome.js';
-import { captureResponse, type ResponseCapture, type SentResponse } from './response-capture.js';
+import { errorResponse } from './answers/http-answers.js';
+import type { HttpPlatform, HttpResponse } from './platforms/http-platform.js';
+import type { HttpRoutePolicy } from './requests/http-policy.js';
+import { HandlerWork } from './capture/handler-work.js';
+import { isSerializableBody, responseForValue } from './capture/handler-outcome.js';
+import { captureResponse, type ResponseCapture, type SentResponse } from './capture/response-capture.js';
 
 /** How the handler's pipeline (the interceptors inside the module's, then the handler) ended. */
 type PipelineEnd =

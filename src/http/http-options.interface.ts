@@ -1,4 +1,4 @@
-import type { HttpProfileName } from './http-profile.js';
+import type { HttpProfileName } from './answers/http-profile.js';
 
 /** What the fingerprint of an HTTP request is computed from. */
 export interface FingerprintInput {

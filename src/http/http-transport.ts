@@ -17,26 +17,21 @@ import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
-import { responseForClient } from './content-coding.js';
+import { responseForClient } from './capture/content-coding.js';
 import { type AttemptServices, HttpAttempt } from './http-attempt.js';
-import { httpExceptionFor, sendReplay } from './http-answers.js';
+import { httpExceptionFor, sendReplay } from './answers/http-answers.js';
 import type { HttpIdempotencyModuleOptions } from './http-options.interface.js';
-import {
-  type HttpPlatform,
-  httpPlatformFor,
-  type HttpRequest,
-  type HttpResponse,
-  isSupportedHttpPlatform,
-} from './http-platform.js';
-import { resolveHttpPolicy } from './http-policy.js';
-import type { HttpProfile } from './http-profile.js';
-import { accountOf, endpointOf, fingerprintInputOf } from './http-request-reading.js';
+import type { HttpPlatform, HttpRequest, HttpResponse } from './platforms/http-platform.js';
+import { httpPlatformFor, isSupportedHttpPlatform } from './platforms/http-platforms.js';
+import { resolveHttpPolicy } from './requests/http-policy.js';
+import type { HttpProfile } from './answers/http-profile.js';
+import { accountOf, endpointOf, fingerprintInputOf } from './requests/http-request-reading.js';
 import { parseIdempotencyKey } from '../protocol/key-header.js';
 import { PASS_THROUGH_METHODS } from './http.constants.js';
-import { trackNestReplies } from './nest-replies.js';
+import { trackNestReplies } from './capture/nest-replies.js';
 import { OnceLog } from '../protocol/once-log.js';
-import { answeredElsewhere } from './response-capture.js';
-import { type RoutePlan, RoutePlans } from './route-plans.js';
+import { answeredElsewhere } from './capture/response-capture.js';
+import { type RoutePlan, RoutePlans } from './requests/route-plans.js';
 
 /** An idempotent HTTP request, as read: its claim's terms, and what the edge answers it through. */
 interface HttpCall extends IdempotentCall {

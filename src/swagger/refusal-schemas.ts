@@ -1,5 +1,5 @@
 import type { SchemaObject } from '@nestjs/swagger';
-import type { HttpProfileName } from '../http/http-profile.js';
+import type { HttpProfileName } from '../http/answers/http-profile.js';
 import type { IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
 
 /** The body of a refusal in each profile, its code's values being the ones of the answer it describes. */

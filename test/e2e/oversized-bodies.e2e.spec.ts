@@ -181,7 +181,7 @@ describe.each(PLATFORMS)('on %s, a body over the limit', (platform: Platform) =>
   });
 });
 
-// The read of a refused body is bounded (src/http/fastify-platform.ts): any client may send the key header.
+// The read of a refused body is bounded (src/http/platforms/fastify-platform.ts): any client may send the key header.
 describe('on fastify, the read of a body over the limit', () => {
   let started: TestApp;
 

@@ -5,7 +5,7 @@ import {
   decodeBody,
   responseForClient,
   unstorableCoding,
-} from '../../src/http/content-coding.js';
+} from '../../src/http/capture/content-coding.js';
 
 const BODY = Buffer.from(JSON.stringify({ id: 'ch_1', padding: 'x'.repeat(2000) }));
 

@@ -5,7 +5,7 @@ import {
   type JsonFieldsSelection,
   sha256Fingerprint,
 } from '../../src/index.js';
-import { resolveHttpPolicy } from '../../src/http/http-policy.js';
+import { resolveHttpPolicy } from '../../src/http/requests/http-policy.js';
 
 const input = {
   method: 'POST',

@@ -1,5 +1,5 @@
-import { errorResponse, refusalAnswer } from '../../src/http/http-answers.js';
-import { resolveHttpPolicy } from '../../src/http/http-policy.js';
+import { errorResponse, refusalAnswer } from '../../src/http/answers/http-answers.js';
+import { resolveHttpPolicy } from '../../src/http/requests/http-policy.js';
 import {
   IdempotencyKeyRequiredError,
   IdempotencyKeyReuseError,

@@ -1,5 +1,5 @@
 import { IdempotencyKeyInvalidError } from '../../src/index.js';
-import { httpBodyOf, httpStatusOf } from '../../src/http/http-answers.js';
+import { httpBodyOf, httpStatusOf } from '../../src/http/answers/http-answers.js';
 import { parseIdempotencyKey } from '../../src/protocol/key-header.js';
 
 const parse = (value: string | string[] | undefined) => parseIdempotencyKey(value, 'Idempotency-Key');

@@ -1,6 +1,6 @@
 import { Idempotent, isFinalStatusByDefault, sha256Fingerprint } from '../../src/index.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from '../../src/index.js';
-import { resolveHttpPolicy } from '../../src/http/http-policy.js';
+import { resolveHttpPolicy } from '../../src/http/requests/http-policy.js';
 import { checkTenancy, resolvePolicy, resolvePurgeSettings } from '../../src/protocol/idempotency-policy.js';
 
 /** A route's options as both rooms resolve them: the protocol's and the HTTP edge's, side by side. */

@@ -1,14 +1,14 @@
 import { createHash } from 'node:crypto';
-import { boolean, callable, nonEmptyString, oneOf, positive, stringList } from '../protocol/option-checks.js';
+import { boolean, callable, nonEmptyString, oneOf, positive, stringList } from '../../protocol/option-checks.js';
 import type {
   FingerprintInput,
   HttpIdempotencyModuleOptions,
   HttpIdempotentOptions,
-} from './http-options.interface.js';
-import { defaultProfile } from './http-answers.js';
-import { HTTP_PROFILES, type HttpProfile, type HttpProfileName } from './http-profile.js';
-import { DEFAULT_PROBLEM_TYPE_BASE, ietfProfile } from './ietf-profile.js';
-import { stripeProfile } from './stripe-profile.js';
+} from '../http-options.interface.js';
+import { defaultProfile } from '../answers/http-answers.js';
+import { HTTP_PROFILES, type HttpProfile, type HttpProfileName } from '../answers/http-profile.js';
+import { DEFAULT_PROBLEM_TYPE_BASE, ietfProfile } from '../answers/ietf-profile.js';
+import { stripeProfile } from '../answers/stripe-profile.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([

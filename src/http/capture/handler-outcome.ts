@@ -1,8 +1,8 @@
 import { StreamableFile } from '@nestjs/common';
 import { HEADERS_METADATA, HTTP_CODE_METADATA } from '@nestjs/common/constants.js';
 import { isObservable } from 'rxjs';
-import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
-import type { HttpPlatform } from './http-platform.js';
+import type { StoredResponse } from '../../protocol/idempotency-store.interface.js';
+import type { HttpPlatform } from '../platforms/http-platform.js';
 import { pickHeaders } from './response-capture.js';
 
 /** What Nest reads from a route to send its handler's value: the method's `@HttpCode` and `@Header`s. */

@@ -1,7 +1,4 @@
 import type { IncomingHttpHeaders, ServerResponse } from 'node:http';
-import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
-import { expressPlatform } from './express-platform.js';
-import { fastifyPlatform } from './fastify-platform.js';
 
 /** The HTTP platforms the module serves, by the name their Nest adapter gives (`httpAdapter.getType()`). */
 export const SUPPORTED_HTTP_PLATFORMS = ['express', 'fastify'] as const;
@@ -58,20 +55,4 @@ export interface HttpPlatform {
    * client still sending it reads the 413 rather than a reset connection.
    */
   readRefusedBodies(instance: object, keyHeaderName: string): void;
-}
-
-const PLATFORMS: Record<HttpPlatformName, HttpPlatform> = { express: expressPlatform, fastify: fastifyPlatform };
-
-export function isSupportedHttpPlatform(name: string): name is HttpPlatformName {
-  return (SUPPORTED_HTTP_PLATFORMS as readonly string[]).includes(name);
-}
-
-/** The platform of an adapter, by its `getType()`; the module refuses to start on others (`HttpPlatformCheck`). */
-export function httpPlatformFor(name: string): HttpPlatform {
-  if (!isSupportedHttpPlatform(name)) {
-    throw new IdempotencySetupError(
-      `IdempotencyModule supports the Express and Fastify platforms, and this application runs on ${name}.`,
-    );
-  }
-  return PLATFORMS[name];
 }

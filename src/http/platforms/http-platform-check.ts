@@ -1,9 +1,9 @@
 import { type HttpServer, Inject, Injectable, type OnModuleInit } from '@nestjs/common';
 import { HttpAdapterHost } from '@nestjs/core';
-import { IDEMPOTENT_ROUTES_TRACKED } from './http.constants.js';
-import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
-import { RAW_BODY_SETTING } from './http-request-reading.js';
-import { isSupportedHttpPlatform } from './http-platform.js';
+import { IDEMPOTENT_ROUTES_TRACKED } from '../http.constants.js';
+import { IdempotencySetupError } from '../../protocol/idempotency-setup.error.js';
+import { RAW_BODY_SETTING } from '../requests/http-request-reading.js';
+import { isSupportedHttpPlatform } from './http-platforms.js';
 
 /**
  * The adapter's methods that register body parsers, handing them the application's `rawBody` option second: on

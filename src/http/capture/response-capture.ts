@@ -1,8 +1,8 @@
 import type { OutgoingHttpHeaders, ServerResponse } from 'node:http';
-import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
-import type { HttpResponse } from './http-platform.js';
+import type { StoredResponse } from '../../protocol/idempotency-store.interface.js';
+import type { HttpResponse } from '../platforms/http-platform.js';
 import { CODING_HEADERS, contentCodingsOf, unstorableCoding } from './content-coding.js';
-import { type NoOpMethods, silenceMethods } from './silenced-methods.js';
+import { type NoOpMethods, silenceMethods } from '../platforms/silenced-methods.js';
 
 /** What was sent: the whole response, or why it could not be stored. */
 export type SentResponse = { captured: true; response: StoredResponse } | { captured: false; reason: string };

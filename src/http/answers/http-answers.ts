@@ -1,9 +1,9 @@
 import { HttpException } from '@nestjs/common';
-import type { IdempotencyError, IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
-import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
-import type { HttpResponse } from './http-platform.js';
+import type { IdempotencyError, IdempotencyErrorCode } from '../../protocol/idempotency.errors.js';
+import type { StoredResponse } from '../../protocol/idempotency-store.interface.js';
+import type { HttpResponse } from '../platforms/http-platform.js';
 import type { HttpProfile, HttpRefusalAnswer } from './http-profile.js';
-import { sendSealed } from './response-capture.js';
+import { sendSealed } from '../capture/response-capture.js';
 
 // What the HTTP edge answers itself: a replay, and its refusals (as the module's profile words them, and Retry-After).
 

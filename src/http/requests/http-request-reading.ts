@@ -3,12 +3,12 @@ import {
   IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,
   IdempotencyMisconfiguredError,
-} from '../protocol/idempotency.errors.js';
-import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
-import { resolveAccount } from '../protocol/account-resolution.js';
-import type { FingerprintInput } from './http-options.interface.js';
-import type { HttpRequest } from './http-platform.js';
-import type { OnceLog } from '../protocol/once-log.js';
+} from '../../protocol/idempotency.errors.js';
+import type { IdempotencyPolicy } from '../../protocol/idempotency-policy.js';
+import { resolveAccount } from '../../protocol/account-resolution.js';
+import type { FingerprintInput } from '../http-options.interface.js';
+import type { HttpRequest } from '../platforms/http-platform.js';
+import type { OnceLog } from '../../protocol/once-log.js';
 
 // Reading an idempotent HTTP request: its account, its endpoint and what its fingerprint is computed from (its key:
 // protocol/key-header.ts, which GraphQL reads too).

@@ -1,4 +1,4 @@
-import type { IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
+import type { IdempotencyErrorCode } from '../../protocol/idempotency.errors.js';
 import type { HttpProfile } from './http-profile.js';
 
 /** Stripe's error types, which stripe-node turns into its error classes (with the status). */

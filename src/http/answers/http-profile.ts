@@ -1,4 +1,4 @@
-import type { IdempotencyError } from '../protocol/idempotency.errors.js';
+import type { IdempotencyError } from '../../protocol/idempotency.errors.js';
 
 /** The dialects the HTTP edge answers in (`profile` of the module's options). */
 export const HTTP_PROFILES = ['default', 'stripe', 'ietf'] as const;

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
-import { withSortedKeys } from '../shared/canonical-json.js';
-import { describedValue } from '../protocol/described-value.js';
-import type { FingerprintInput } from './http-options.interface.js';
+import { withSortedKeys } from '../../shared/canonical-json.js';
+import { describedValue } from '../../protocol/described-value.js';
+import type { FingerprintInput } from '../http-options.interface.js';
 import { sha256Fingerprint } from './http-policy.js';
 
 /** Which fields of a JSON body a fingerprint compares: exactly one of the two lists. */

@@ -1,8 +1,8 @@
 import type { Type } from '@nestjs/common';
 import { PATH_METADATA } from '@nestjs/common/constants.js';
 import type { ModulesContainer, Reflector } from '@nestjs/core';
-import { trackedHandler } from './handler-work.js';
-import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
+import { trackedHandler } from '../capture/handler-work.js';
+import { IDEMPOTENT_METADATA } from '../../protocol/idempotency.tokens.js';
 
 type Handler = (...args: never[]) => unknown;
 

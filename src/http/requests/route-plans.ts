@@ -9,11 +9,11 @@ import {
 } from '@nestjs/common/constants.js';
 import { RouteParamtypes } from '@nestjs/common/enums/route-paramtypes.enum.js';
 import type { Reflector } from '@nestjs/core';
-import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
-import type { HttpIdempotencyModuleOptions, HttpIdempotentOptions } from './http-options.interface.js';
+import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../../protocol/idempotency-options.interface.js';
+import type { HttpIdempotencyModuleOptions, HttpIdempotentOptions } from '../http-options.interface.js';
 import { type HttpRoutePolicy, resolveHttpPolicy } from './http-policy.js';
-import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
-import { HandlerPlans } from '../protocol/handler-plans.js';
+import { type IdempotencyPolicy, resolvePolicy } from '../../protocol/idempotency-policy.js';
+import { HandlerPlans } from '../../protocol/handler-plans.js';
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 export interface RoutePlan {

@@ -1,4 +1,4 @@
-import type { IdempotencyErrorCode } from '../protocol/idempotency.errors.js';
+import type { IdempotencyErrorCode } from '../../protocol/idempotency.errors.js';
 import { httpStatusOf } from './http-answers.js';
 import type { HttpProfile } from './http-profile.js';
 

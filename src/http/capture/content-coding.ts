@@ -1,5 +1,5 @@
 import * as zlib from 'node:zlib';
-import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
+import type { StoredResponse } from '../../protocol/idempotency-store.interface.js';
 
 /**
  * The content codings of a stored body (a compression plugin's gzip, say): which ones a client accepts, by its

@@ -1,0 +1,24 @@
+import type { Platform } from '../test/support/sample-app.js';
+
+/** What one bench row measured: its rate, latencies, errors and statuses, over the rounds it ran. */
+export interface Measure {
+  requestsPerSecond: number;
+  p50: number;
+  p99: number;
+  max: number;
+  errors: number;
+  statuses: Record<string, number>;
+  /** The server's checkpoints that ended during the measured seconds (each of all rounds, summed in a result). */
+  checkpoints: number;
+}
+
+export interface BenchResult extends Measure {
+  config: string;
+  name: string;
+  connections: number;
+  platform: Platform;
+  /** To the baseline of its platform (at the same concurrency, or at 64). */
+  ratio: number;
+  /** A Fastify row's to the same configuration on Express; null on Express's rows, or when it was not measured. */
+  ratioToExpress: number | null;
+}
