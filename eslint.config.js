@@ -15,6 +15,7 @@ const SRC = path.join(import.meta.dirname, 'src');
 const ROOM_NAMES = {
   protocol: 'the protocol (src/protocol)',
   http: 'the HTTP edge (src/http)',
+  'transport-kit': "the transports' toolkit (src/transport-kit)",
   postgres: 'the PostgreSQL store (src/postgres)',
   memory: 'the in-memory store (src/memory)',
   testing: 'the testing kit (src/testing)',
@@ -47,7 +48,20 @@ export const ROOMS = {
       ['the database (ORM or driver)', DATABASE],
     ],
   },
-  http: { mayImport: ['http', 'protocol', 'shared'], packages: [['the database (ORM or driver)', DATABASE]] },
+  // What the transports share to read a call (its key from a header, its account, its handler's plan, its fingerprint);
+  // the protocol never imports it.
+  'transport-kit': {
+    mayImport: ['transport-kit', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  http: {
+    mayImport: ['http', 'transport-kit', 'protocol', 'shared'],
+    packages: [['the database (ORM or driver)', DATABASE]],
+  },
   postgres: { mayImport: ['postgres', 'protocol', 'shared'], packages: [['an HTTP platform', HTTP_PLATFORM]] },
   memory: {
     mayImport: ['memory', 'protocol', 'shared'],
@@ -58,7 +72,7 @@ export const ROOMS = {
   },
   // Message consumers, whichever the broker: Nest's microservices, never a broker's client, which each broker's room owns.
   messages: {
-    mayImport: ['messages', 'protocol', 'shared'],
+    mayImport: ['messages', 'transport-kit', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],
@@ -80,7 +94,7 @@ export const ROOMS = {
     ],
   },
   graphql: {
-    mayImport: ['graphql', 'protocol', 'shared'],
+    mayImport: ['graphql', 'transport-kit', 'protocol', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the database (ORM or driver)', DATABASE],

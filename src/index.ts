@@ -84,6 +84,5 @@ export {
   IDEMPOTENCY_INSTRUMENTATION_NAME,
   type IdempotencyOutcome,
   type IdempotencySpanName,
-  type IdempotencyTransportName,
   type StoreOperationName,
 } from './protocol/idempotency-telemetry.js';

@@ -2,10 +2,10 @@ import { type CallHandler, type ExecutionContext, HttpException, Inject, Injecta
 import { Reflector } from '@nestjs/core';
 import { GraphQLError } from 'graphql';
 import { lastValueFrom, Observable, of, throwError } from 'rxjs';
-import { resolveAccount } from '../protocol/account-resolution.js';
-import { jsonFingerprint } from '../protocol/json-fingerprint.js';
+import { resolveAccount } from '../transport-kit/account-resolution.js';
+import { jsonFingerprint } from '../transport-kit/json-fingerprint.js';
 import { runWithin } from '../protocol/current-run.js';
-import { HandlerPlans } from '../protocol/handler-plans.js';
+import { HandlerPlans } from '../transport-kit/handler-plans.js';
 import {
   type IdempotencyError,
   IdempotencyAccountUnresolvedError,
@@ -21,7 +21,7 @@ import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
 import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
-import { parseIdempotencyKey } from '../protocol/key-header.js';
+import { parseIdempotencyKey } from '../transport-kit/key-header.js';
 import { keyFault, scopeTextFault } from '../protocol/scope-values.js';
 import { nonEmptyString, boolean } from '../protocol/option-checks.js';
 import { type GraphqlField, graphqlFieldOf, isRootMutationField } from './graphql-field.js';

@@ -26,7 +26,7 @@ import { httpPlatformFor, isSupportedHttpPlatform } from './platforms/http-platf
 import { resolveHttpPolicy } from './requests/http-policy.js';
 import type { HttpProfile } from './answers/http-profile.js';
 import { accountOf, endpointOf, fingerprintInputOf } from './requests/http-request-reading.js';
-import { parseIdempotencyKey } from '../protocol/key-header.js';
+import { parseIdempotencyKey } from '../transport-kit/key-header.js';
 import { PASS_THROUGH_METHODS } from './http.constants.js';
 import { trackNestReplies } from './capture/nest-replies.js';
 import { OnceLog } from '../protocol/once-log.js';

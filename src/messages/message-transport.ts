@@ -4,11 +4,10 @@ import { type BaseRpcContext, RpcException, type Transport } from '@nestjs/micro
 import { PATTERN_HANDLER_METADATA, PATTERN_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
 import { lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
-import { resolveAccount } from '../protocol/account-resolution.js';
-import { jsonFingerprint } from '../protocol/json-fingerprint.js';
+import { resolveAccount } from '../transport-kit/account-resolution.js';
+import { jsonFingerprint } from '../transport-kit/json-fingerprint.js';
 import { runUnguarded, runWithin } from '../protocol/current-run.js';
-import { HandlerPlans } from '../protocol/handler-plans.js';
-import type { IdempotencyTransportName } from '../protocol/idempotency-telemetry.js';
+import { HandlerPlans } from '../transport-kit/handler-plans.js';
 import {
   type IdempotencyError,
   IdempotencyAccountUnresolvedError,
@@ -103,7 +102,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
 
   protected constructor(
     /** How scopes, logs and metrics name the broker, e.g. `rabbitmq`. */
-    readonly name: Extract<IdempotencyTransportName, 'rabbitmq' | 'jetstream'>,
+    readonly name: string,
     private readonly contextClass: Type<Context>,
     /** Nest's built-in transport of the broker (its handlers' `@EventPattern(pattern, transport)`), if any. */
     private readonly nestTransport: Transport | undefined,

@@ -1,7 +1,7 @@
 import { Logger, type Provider, type Type } from '@nestjs/common';
 import { ModulesContainer, Reflector } from '@nestjs/core';
 import { runByTheModule } from '../protocol/current-run.js';
-import { isWrapped, standInFor } from '../protocol/handler-wrapper.js';
+import { isWrapped, standInFor } from '../transport-kit/handler-wrapper.js';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import { type MessageHandlerMethod, idempotentMessageHandlers } from './idempotent-message-handlers.js';
 

@@ -21,9 +21,6 @@ interface RunTiming {
 /** The name of the module's meter and tracer. */
 export const IDEMPOTENCY_INSTRUMENTATION_NAME = 'nest-idempotency';
 
-/** Which kind of call an attempt served: `operation` is `IdempotencyService.execute()`. */
-export type IdempotencyTransportName = 'http' | 'rabbitmq' | 'jetstream' | 'graphql' | 'operation';
-
 /**
  * Bucket boundaries of the durations, in seconds: OpenTelemetry's HTTP semantic conventions' (the SDK's default ones
  * are for milliseconds, and would put every store call in the first bucket).
@@ -175,7 +172,7 @@ function withOutcome(attributes: Attributes, outcome: IdempotencyOutcome): Attri
  * broker pattern and consumer, a mutation's field, an operation's name), never its key, its account, nor any text its
  * client chose.
  */
-export function callAttributes(transport: IdempotencyTransportName, endpoint: string): Attributes {
+export function callAttributes(transport: string, endpoint: string): Attributes {
   return { 'idempotency.transport': transport, 'idempotency.endpoint': endpoint };
 }
 

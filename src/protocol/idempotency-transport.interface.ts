@@ -4,7 +4,6 @@ import type { IdempotencyError, KeyTerms } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
 import type { IdempotencyScope, StoredResponse } from './idempotency-store.interface.js';
-import type { IdempotencyTransportName } from './idempotency-telemetry.js';
 
 /** A call a transport has read: what the protocol claims it by. A transport adds what it needs to answer it. */
 export interface IdempotentCall {
@@ -32,8 +31,11 @@ export interface IdempotentCall {
  * its claim, capturing its outcome and ending the claim once; and render a refusal as its clients expect one.
  */
 export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCall> {
-  /** The kind of call it serves, as the module's metrics and spans name it (`idempotency.transport`). */
-  readonly name: IdempotencyTransportName;
+  /**
+   * The kind of call it serves, as the module's metrics and spans name it (`idempotency.transport`): `http`,
+   * `graphql`, or the broker's name. The protocol names none: `execute()`'s calls are `operation`.
+   */
+  readonly name: string;
   /**
    * Whether `context` is one of its calls. Not the context's type alone: every message consumer's is `'rpc'`,
    * whichever the broker, so a RabbitMQ transport and a NATS one tell theirs apart by their context's class.

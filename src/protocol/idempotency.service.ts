@@ -52,12 +52,7 @@ import { keyFault, scopeTextFault } from './scope-values.js';
 import { OutcomeSealing } from './outcome-sealing.js';
 import { EnvelopeUnreadableError } from './outcome-envelope.js';
 import { OnceLog } from './once-log.js';
-import {
-  IdempotencyTelemetry,
-  type IdempotencyOutcome,
-  type IdempotencyTransportName,
-  callAttributes,
-} from './idempotency-telemetry.js';
+import { IdempotencyTelemetry, type IdempotencyOutcome, callAttributes } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
 import { isWithheldOutcome } from './withheld-outcome.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
@@ -207,7 +202,7 @@ export class IdempotencyService {
     fingerprint: string,
     policy: IdempotencyPolicy,
     terms: KeyTerms,
-    call: { transport?: IdempotencyTransportName; endpointLabel?: string; inHand?: boolean } = {},
+    call: { transport?: string; endpointLabel?: string; inHand?: boolean } = {},
   ): Promise<IdempotencyDecision> {
     const { transport = 'operation', inHand = false } = call;
     const attributes = callAttributes(transport, call.endpointLabel ?? scope.endpoint);

@@ -1,6 +1,6 @@
 import { IdempotencyKeyInvalidError } from '../../src/index.js';
 import { httpBodyOf, httpStatusOf } from '../../src/http/answers/http-answers.js';
-import { parseIdempotencyKey } from '../../src/protocol/key-header.js';
+import { parseIdempotencyKey } from '../../src/transport-kit/key-header.js';
 
 const parse = (value: string | string[] | undefined) => parseIdempotencyKey(value, 'Idempotency-Key');
 

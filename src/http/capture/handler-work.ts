@@ -1,7 +1,7 @@
 import { AsyncLocalStorage } from 'node:async_hooks';
 import { Logger } from '@nestjs/common';
 import { isObservable, Observable, Subject } from 'rxjs';
-import { isWrapped, standInFor } from '../../protocol/handler-wrapper.js';
+import { isWrapped, standInFor } from '../../transport-kit/handler-wrapper.js';
 
 /** How the handler's own invocation ended: its value, its error, or its Observable was unsubscribed first. */
 export type HandlerSettlement =

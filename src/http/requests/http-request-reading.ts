@@ -5,7 +5,7 @@ import {
   IdempotencyMisconfiguredError,
 } from '../../protocol/idempotency.errors.js';
 import type { IdempotencyPolicy } from '../../protocol/idempotency-policy.js';
-import { resolveAccount } from '../../protocol/account-resolution.js';
+import { resolveAccount } from '../../transport-kit/account-resolution.js';
 import type { FingerprintInput } from '../http-options.interface.js';
 import type { HttpRequest } from '../platforms/http-platform.js';
 import type { OnceLog } from '../../protocol/once-log.js';

@@ -13,7 +13,7 @@ import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../../pro
 import type { HttpIdempotencyModuleOptions, HttpIdempotentOptions } from '../http-options.interface.js';
 import { type HttpRoutePolicy, resolveHttpPolicy } from './http-policy.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../../protocol/idempotency-policy.js';
-import { HandlerPlans } from '../../protocol/handler-plans.js';
+import { HandlerPlans } from '../../transport-kit/handler-plans.js';
 
 /** What the interceptor knows of a route once: its policy and whether its response can be stored. */
 export interface RoutePlan {

@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
-import { describedValue } from './described-value.js';
-import type { IdempotencyPolicy } from './idempotency-policy.js';
-import { scopeTextFault } from './scope-values.js';
+import { describedValue } from '../protocol/described-value.js';
+import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
+import { scopeTextFault } from '../protocol/scope-values.js';
 
 /** How a transport treats what an `accountResolver` does wrong. */
 export interface AccountResolution {

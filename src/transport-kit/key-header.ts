@@ -1,5 +1,5 @@
-import { IdempotencyKeyInvalidError } from './idempotency.errors.js';
-import { keyFault } from './scope-values.js';
+import { IdempotencyKeyInvalidError } from '../protocol/idempotency.errors.js';
+import { keyFault } from '../protocol/scope-values.js';
 
 // The key as a request header carries it, read alike wherever a header carries one: an HTTP route's, and the HTTP
 // request that carries a GraphQL operation.

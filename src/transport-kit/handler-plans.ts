@@ -1,7 +1,7 @@
 import type { ExecutionContext } from '@nestjs/common';
 import type { Reflector } from '@nestjs/core';
-import type { ProtocolIdempotentOptions } from './idempotency-options.interface.js';
-import { IDEMPOTENT_METADATA } from './idempotency.tokens.js';
+import type { ProtocolIdempotentOptions } from '../protocol/idempotency-options.interface.js';
+import { IDEMPOTENT_METADATA } from '../protocol/idempotency.tokens.js';
 
 /**
  * What a transport knows of each handler once: its plan, made from its `@Idempotent()` options (the method's over its
