@@ -153,7 +153,7 @@ export const ROOMS = {
   // The main entry point's wiring: every room but the PostgreSQL store, whose entry point is its own, so that an
   // application on another store runs without TypeORM and pg installed.
   root: {
-    mayImport: ['root', 'protocol', 'http', 'memory', 'shared'],
+    mayImport: ['root', 'protocol', 'transport-kit', 'http', 'memory', 'shared'],
     packages: [['the database (ORM or driver)', DATABASE]],
   },
 };

@@ -22,7 +22,7 @@ export type {
   HttpIdempotentOptions,
 } from './http/http-options.interface.js';
 export { HTTP_PROFILES, type HttpProfileName } from './http/answers/http-profile.js';
-export { isFinalStatusByDefault } from './protocol/idempotency-policy.js';
+export { isFinalStatusByDefault } from './transport-kit/final-statuses.js';
 export { sha256Fingerprint } from './http/requests/http-policy.js';
 export { jsonFieldsFingerprint, type JsonFieldsSelection } from './http/requests/json-fields-fingerprint.js';
 

@@ -13,7 +13,8 @@ import {
   IdempotencyKeyRequiredError,
   IdempotencyStoreUnavailableError,
 } from '../protocol/idempotency.errors.js';
-import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
+import { type FinalStatusOptions, finalStatusRule } from '../transport-kit/final-statuses.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
 import type { IdempotencyRun } from '../protocol/idempotency-run.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
@@ -30,11 +31,22 @@ import { GraphqlRefusal } from './graphql-refusals.js';
 import type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
 import { GRAPHQL_OPTIONS } from './idempotency-graphql.module-definition.js';
 
-/** An idempotent root mutation field, as read. */
-type GraphqlCall = IdempotentCall;
+/** What the transport knows of an idempotent resolver once: its policy, and which of its exceptions are final. */
+interface GraphqlPlan {
+  policy: IdempotencyPolicy;
+  isFinalStatus: (status: number) => boolean;
+}
 
-/** The HTTP routes' key header among `IdempotencyModule`'s options: a GraphQL request's header defaults to it. */
-interface HttpHeaderOption {
+/** An idempotent root mutation field, as read. */
+interface GraphqlCall extends IdempotentCall {
+  plan: GraphqlPlan;
+}
+
+/**
+ * The HTTP routes' options among `IdempotencyModule`'s that GraphQL, served over HTTP, shares: a request's header
+ * defaults to theirs, and an `HttpException`'s status is final by the same rule.
+ */
+interface HttpSharedOptions extends FinalStatusOptions {
   headerName?: string;
 }
 
@@ -51,7 +63,7 @@ interface HttpHeaderOption {
 export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
   readonly name = 'graphql';
   private readonly logger = new Logger('Idempotency');
-  private readonly plans: HandlerPlans<IdempotencyPolicy>;
+  private readonly plans: HandlerPlans<GraphqlPlan, ProtocolIdempotentOptions & FinalStatusOptions>;
   private readonly keyArgument: string | undefined;
   private readonly headerName: string;
   private readonly required: boolean;
@@ -59,7 +71,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
   constructor(
     reflector: Reflector,
     private readonly idempotency: IdempotencyService,
-    @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions & HttpHeaderOption,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions & HttpSharedOptions,
     @Inject(GRAPHQL_OPTIONS) options: IdempotencyGraphqlOptions,
     transports: IdempotencyTransports,
   ) {
@@ -67,7 +79,10 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
       options.keyArgument === undefined ? undefined : nonEmptyString('keyArgument', options.keyArgument);
     this.headerName = nonEmptyString('headerName', options.headerName ?? moduleOptions.headerName ?? 'Idempotency-Key');
     this.required = boolean('required', options.required ?? false);
-    this.plans = new HandlerPlans(reflector, (handlerOptions) => resolvePolicy(moduleOptions, handlerOptions));
+    this.plans = new HandlerPlans(reflector, (handlerOptions) => ({
+      policy: resolvePolicy(moduleOptions, handlerOptions),
+      isFinalStatus: finalStatusRule(moduleOptions, handlerOptions),
+    }));
     transports.register(this);
   }
 
@@ -76,8 +91,9 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
   }
 
   async read(context: ExecutionContext): Promise<GraphqlCall | undefined> {
-    const policy = this.plans.planFor(context);
-    if (!policy) return undefined;
+    const plan = this.plans.planFor(context);
+    if (!plan) return undefined;
+    const { policy } = plan;
     const field = graphqlFieldOf(context);
     if (!isRootMutationField(field)) return undefined;
     const found = this.keyOf(field);
@@ -110,6 +126,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     // The key argument is the key, not what the key is used with.
     const args = Object.fromEntries(Object.entries(field.args).filter(([name]) => name !== this.keyArgument));
     return {
+      plan,
       policy,
       scope: { account, endpoint, key },
       endpointLabel: label,
@@ -126,7 +143,11 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     return 'value' in outcome ? of(outcome.value) : throwError(() => outcome.exception);
   }
 
-  async run({ policy, scope }: GraphqlCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+  async run(
+    { plan, policy, scope }: GraphqlCall,
+    run: IdempotencyRun,
+    next: CallHandler,
+  ): Promise<Observable<unknown>> {
     const pipeline = new Observable((subscriber) => runWithin(run, () => next.handle().subscribe(subscriber)));
     let response: StoredResponse | undefined;
     let ended: { value: unknown } | { error: unknown };
@@ -137,10 +158,10 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     } catch (error) {
       ended = { error };
       // An answer of the resolver's (a 404, a 422) is its outcome; anything else (a fault) may succeed on a retry.
-      if (error instanceof HttpException && policy.isFinalStatus(error.getStatus())) response = storedException(error);
+      if (error instanceof HttpException && plan.isFinalStatus(error.getStatus())) response = storedException(error);
     }
     const refused = await this.idempotency
-      .finish(run, { response, failed: 'error' in ended }, policy)
+      .finish(run, { response, failed: 'error' in ended, final: response !== undefined }, policy)
       .catch((error: unknown) => {
         this.logger.error(`Ending the claim of ${scope.endpoint} failed: ${error}`);
         return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);

@@ -17,6 +17,9 @@ import { HandlerWork } from './capture/handler-work.js';
 import { isSerializableBody, responseForValue } from './capture/handler-outcome.js';
 import { captureResponse, type ResponseCapture, type SentResponse } from './capture/response-capture.js';
 
+/** What the attempt answered (or the handler would have), and whether the handler failed: its finality is HTTP's. */
+type HandlerOutcome = Omit<AttemptOutcome, 'final'>;
+
 /** How the handler's pipeline (the interceptors inside the module's, then the handler) ended. */
 type PipelineEnd =
   | {
@@ -138,10 +141,12 @@ export class HttpAttempt {
     const { run, work, pipeline } = this;
     const { plan, context, next, method, response, platform, key, endpoint } = this.request;
     const { policy } = plan;
-    const conclude = async (outcome: AttemptOutcome) => {
+    const conclude = async ({ response, failed }: HandlerOutcome) => {
       work.close();
+      // HTTP's rule of what is final: the route's `isFinalStatus`, on the response's status.
+      const final = response !== undefined && plan.http.isFinalStatus(response.status);
       try {
-        const error = await this.services.idempotency.finish(run, outcome, policy);
+        const error = await this.services.idempotency.finish(run, { response, failed, final }, policy);
         return error && errorResponse(error, plan.http.profile);
       } catch (error) {
         this.services.logger.error(`Finalizing key ${JSON.stringify(key)} of ${endpoint} failed: ${error}`);
@@ -198,7 +203,7 @@ export class HttpAttempt {
       answered: SentResponse | undefined;
       platform: HttpPlatform;
     },
-  ): Promise<AttemptOutcome> {
+  ): Promise<HandlerOutcome> {
     const { work } = this;
     const { context, method, policy, http, answered, platform } = route;
     const asAnswered = { response: answered?.captured ? answered.response : undefined, failed: true };

@@ -1,3 +1,4 @@
+import type { FinalStatusOptions } from '../transport-kit/final-statuses.js';
 import type { HttpProfileName } from './answers/http-profile.js';
 
 /** What the fingerprint of an HTTP request is computed from. */
@@ -16,7 +17,7 @@ export interface FingerprintInput {
 }
 
 /** The HTTP edge's options that `@Idempotent()` may set per route or controller; they override the module's. */
-export interface HttpIdempotentOptions {
+export interface HttpIdempotentOptions extends FinalStatusOptions {
   /** Refuse requests without a key (400 `idempotency_key_required`). Default: `true`. */
   required?: boolean;
   /**

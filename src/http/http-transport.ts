@@ -144,7 +144,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     if (answeredElsewhere(response)) {
       this.warnAnsweredElsewhere(scope.endpoint);
       await this.idempotency
-        .finish(run, { response: undefined, failed: true }, plan.policy)
+        .finish(run, { response: undefined, failed: true, final: false }, plan.policy)
         .catch((error: unknown) =>
           this.logger.error(`Releasing key ${JSON.stringify(scope.key)} of ${scope.endpoint} failed: ${error}`),
         );

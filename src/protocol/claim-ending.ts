@@ -35,10 +35,10 @@ export interface AttemptOutcome {
   /** Whether the handler threw (its response, if any, is the exception filter's). */
   failed: boolean;
   /**
-   * Whether `response` is the call's final outcome, as its transport decides (a consumer's final error, `execute()`'s
-   * result); left out, the route's `isFinalStatus` decides by the response's status (HTTP's rule).
+   * Whether `response` is the call's final outcome, to store and replay, as its transport decides by its own rule;
+   * otherwise the claim is released and a retry runs again.
    */
-  final?: boolean;
+  final: boolean;
 }
 
 /** First wait before a finalize is retried; doubled on each retry. */
@@ -95,8 +95,7 @@ export class ClaimEnding {
     termsOf: () => KeyTerms,
   ): Promise<IdempotencyError | undefined> {
     const { response, failed } = outcome;
-    const final =
-      response !== undefined && (outcome.final ?? policy.isFinalStatus(response.status)) ? response : undefined;
+    const final = outcome.final ? response : undefined;
     let toStore: OutcomeToStore | undefined;
     let withheld = false;
     try {
@@ -111,7 +110,7 @@ export class ClaimEnding {
             `writes are rolled back, its claim released, and the call refused as idempotency_misconfigured. Make the ` +
             `hook total: ${error}`,
         );
-        await this.end(run, { response: undefined, failed: true }, policy, termsOf);
+        await this.end(run, { response: undefined, failed: true, final: false }, policy, termsOf);
         return new IdempotencyMisconfiguredError(`the redact hook threw: ${error}`);
       }
       this.logger.error(

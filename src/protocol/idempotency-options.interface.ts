@@ -36,12 +36,6 @@ export interface ProtocolIdempotentOptions {
    */
   accountResolver?: AccountResolver;
   /**
-   * Whether a response status is a final outcome to store and replay; otherwise the claim is released
-   * and a retry runs the handler again. Default: `isFinalStatusByDefault`, every status below 500 but 400, 408,
-   * 425 and 429.
-   */
-  isFinalStatus?: (status: number) => boolean;
-  /**
    * Decides what of a final outcome is stored, and so what every replay returns: it gets the outcome about to be
    * stored (on HTTP, already without the headers that are never stored) and returns what to store instead (a body
    * without a card number, say). The first client gets the full response; its retries get what is stored, so never

@@ -10,17 +10,6 @@ import { describedValue } from './described-value.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 
 /**
- * Statuses below 500 that are not outcomes: a malformed request (400), and answers that ask the client to try
- * again (408 Request Timeout, 425 Too Early, 429 Too Many Requests), which a stored copy would repeat forever.
- */
-const RELEASED_CLIENT_STATUSES: ReadonlySet<number> = new Set([400, 408, 425, 429]);
-
-/** The default final outcomes: everything below 500 but a malformed request and the "try again" answers. */
-export function isFinalStatusByDefault(status: number): boolean {
-  return status < 500 && !RELEASED_CLIENT_STATUSES.has(status);
-}
-
-/**
  * Refuses module options that do not say who a key belongs to: scoped per endpoint only, one tenant's retry
  * would be answered another tenant's stored response. Both at once is refused too, as one of them is a mistake.
  */
@@ -52,7 +41,6 @@ export interface IdempotencyPolicy {
   retryAfterSeconds: number;
   storeTimeoutSeconds: number;
   accountResolver: AccountResolver | undefined;
-  isFinalStatus: (status: number) => boolean;
   redact: OutcomeRedaction | undefined;
 }
 
@@ -112,7 +100,6 @@ export function resolvePolicy(
     storeTimeoutSeconds: positive('storeTimeoutSeconds', options.storeTimeoutSeconds ?? 5),
     accountResolver:
       options.accountResolver === undefined ? undefined : callable('accountResolver', options.accountResolver),
-    isFinalStatus: callable('isFinalStatus', options.isFinalStatus ?? isFinalStatusByDefault),
     redact: options.redact === undefined ? undefined : callable('redact', options.redact),
   };
 }

@@ -318,7 +318,7 @@ export class IdempotencyService {
   ): Promise<IdempotencyRun> {
     const run = await this.attempts.starts(() => this.startRun(claim, takeover, policy, holder), request, policy);
     if (this.attempts.refuses(request.inHand)) {
-      await this.finish(run, { response: undefined, failed: true }, policy);
+      await this.finish(run, { response: undefined, failed: true, final: false }, policy);
       throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
     }
     return run;
@@ -403,7 +403,7 @@ export class IdempotencyService {
     try {
       body = Buffer.from(JSON.stringify((await runWithin(run, () => work(run))) ?? null));
     } catch (error) {
-      await this.finish(run, { response: undefined, failed: true }, policy);
+      await this.finish(run, { response: undefined, failed: true, final: false }, policy);
       throw error;
     }
     const response = { status: 200, headers: { 'content-type': 'application/json' }, body };

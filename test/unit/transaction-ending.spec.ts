@@ -23,12 +23,12 @@ describe('ending a transaction the database does not answer', () => {
   it.each([
     [
       'rolls back',
-      { response: undefined, failed: true },
+      { response: undefined, failed: true, final: false },
       (key: string) => `Ending the transaction of ${scope(key)} failed: Error: rolling back`,
     ],
     [
       'commits',
-      { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false },
+      { response: { status: 201, headers: {}, body: Buffer.from('{}') }, failed: false, final: true },
       (key: string) =>
         `Committing the work and outcome of ${scope(key)} failed; the attempt is refused as the store being unavailable, and its retry gets the outcome if ` +
         'the commit went through after all, or runs again: Error: committing',

@@ -9,6 +9,7 @@ import { defaultProfile } from '../answers/http-answers.js';
 import { HTTP_PROFILES, type HttpProfile, type HttpProfileName } from '../answers/http-profile.js';
 import { DEFAULT_PROBLEM_TYPE_BASE, ietfProfile } from '../answers/ietf-profile.js';
 import { stripeProfile } from '../answers/stripe-profile.js';
+import { finalStatusRule } from '../../transport-kit/final-statuses.js';
 
 /** Headers that describe one connection or one message, or that must never be replayed to another client. */
 const NEVER_STORED_HEADERS: ReadonlySet<string> = new Set([
@@ -44,6 +45,8 @@ export interface HttpRoutePolicy {
   maxStoredBodyBytes: number;
   /** How the module's own answers are worded (the module's, for every route). */
   profile: HttpProfile;
+  /** Whether a response of this status is the route's final outcome, stored and replayed. */
+  isFinalStatus: (status: number) => boolean;
 }
 
 /** Checked with every room's wording, so that a wrong value refuses the start (or the decorator) with its name. */
@@ -67,6 +70,7 @@ export function resolveHttpPolicy(
     ),
     maxStoredBodyBytes: positive('maxStoredBodyBytes', options.maxStoredBodyBytes ?? 1024 * 1024),
     profile,
+    isFinalStatus: finalStatusRule(options),
   };
 }
 
