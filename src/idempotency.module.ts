@@ -1,11 +1,7 @@
 import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from '@nestjs/common';
-import { APP_INTERCEPTOR, ModulesContainer, Reflector } from '@nestjs/core';
-import { IDEMPOTENT_ROUTES_TRACKED } from './http/http.constants.js';
-import { HttpPlatformCheck } from './http/platforms/http-platform-check.js';
-import { DrainBeforeClose } from './http/drain-before-close.js';
-import { trackIdempotentRoutes } from './http/requests/idempotent-routes.js';
+import { APP_INTERCEPTOR, ModulesContainer } from '@nestjs/core';
+import { HTTP_TRANSPORT_PROVIDERS } from './http/http-registration.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
-import { HttpTransport } from './http/http-transport.js';
 import { IdempotencyInterceptor } from './protocol/idempotency.interceptor.js';
 import { IdempotencyTransports } from './protocol/idempotency-transports.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from './protocol/idempotency.tokens.js';
@@ -46,13 +42,10 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
     IdempotencyService,
     IdempotencyLifecycle,
     IdempotencyContext,
-    HttpPlatformCheck,
-    DrainBeforeClose,
-    // The transports served, one per kind of call: HTTP's here; the others register with their room's module.
+    // The transports served, one per kind of call: HTTP's registration here; the others with their room's module.
     IdempotencyTransports,
-    HttpTransport,
+    ...HTTP_TRANSPORT_PROVIDERS,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
-    { provide: IDEMPOTENT_ROUTES_TRACKED, inject: [ModulesContainer, Reflector], useFactory: trackIdempotentRoutes },
     { provide: ONE_MODULE_CHECKED, inject: [ModulesContainer], useFactory: refuseMoreThanOne },
   ],
   // The transports of other rooms' modules register in `IdempotencyTransports`, and read the module's options.
