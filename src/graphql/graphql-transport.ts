@@ -4,19 +4,17 @@ import { GraphQLError } from 'graphql';
 import { lastValueFrom, Observable, of, throwError } from 'rxjs';
 import { resolveAccount } from '../transport-kit/account-resolution.js';
 import { jsonFingerprint } from '../transport-kit/json-fingerprint.js';
-import { runWithin } from '../protocol/current-run.js';
 import { HandlerPlans } from '../transport-kit/handler-plans.js';
 import {
   type IdempotencyError,
   IdempotencyAccountUnresolvedError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
-  IdempotencyStoreUnavailableError,
 } from '../protocol/idempotency.errors.js';
 import type { ProtocolIdempotentOptions, ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import { type FinalStatusOptions, finalStatusRule } from '../transport-kit/final-statuses.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
-import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
@@ -143,12 +141,8 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     return 'value' in outcome ? of(outcome.value) : throwError(() => outcome.exception);
   }
 
-  async run(
-    { plan, policy, scope }: GraphqlCall,
-    run: IdempotencyRun,
-    next: CallHandler,
-  ): Promise<Observable<unknown>> {
-    const pipeline = new Observable((subscriber) => runWithin(run, () => next.handle().subscribe(subscriber)));
+  async run({ plan }: GraphqlCall, attempt: IdempotencyAttempt, next: CallHandler): Promise<Observable<unknown>> {
+    const pipeline = new Observable((subscriber) => attempt.within(() => next.handle().subscribe(subscriber)));
     let response: StoredResponse | undefined;
     let ended: { value: unknown } | { error: unknown };
     try {
@@ -160,12 +154,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
       // An answer of the resolver's (a 404, a 422) is its outcome; anything else (a fault) may succeed on a retry.
       if (error instanceof HttpException && plan.isFinalStatus(error.getStatus())) response = storedException(error);
     }
-    const refused = await this.idempotency
-      .finish(run, { response, failed: 'error' in ended, final: response !== undefined }, policy)
-      .catch((error: unknown) => {
-        this.logger.error(`Ending the claim of ${scope.endpoint} failed: ${error}`);
-        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      });
+    const refused = await attempt.end({ response, failed: 'error' in ended, final: response !== undefined });
     if (refused) throw refused;
     return 'value' in ended ? of(ended.value) : throwError(() => ended.error);
   }

@@ -4,9 +4,8 @@ import { finalize, lastValueFrom, Observable, ReplaySubject, tap, timeout, Timeo
 import { isNestReplying } from './capture/nest-replies.js';
 import type { OnceLog } from '../protocol/once-log.js';
 import type { RoutePlan } from './requests/route-plans.js';
-import { runWithin } from '../protocol/current-run.js';
 import type { IdempotencyPolicy } from '../protocol/idempotency-policy.js';
-import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import type { AttemptOutcome } from '../protocol/claim-ending.js';
@@ -76,7 +75,7 @@ export class HttpAttempt {
   private finished = false;
 
   constructor(
-    private readonly run: IdempotencyRun,
+    private readonly attempt: IdempotencyAttempt,
     private readonly request: AttemptRequest,
     private readonly services: AttemptServices,
   ) {
@@ -96,7 +95,7 @@ export class HttpAttempt {
       },
       (sent) => this.finish(sent),
     );
-    this.services.idempotency.onAbandoned(this.run, (error) => capture.answer(errorResponse(error, plan.http.profile)));
+    this.attempt.onAbandoned((error) => capture.answer(errorResponse(error, plan.http.profile)));
     const handled = this.handled();
     if (plan.replayable) return this.runToCompletion(handled, capture);
     // A stream whose client left may never be ended; its outcome is not stored anyway, so free the key.
@@ -106,10 +105,10 @@ export class HttpAttempt {
 
   /** The handler's pipeline, run within the claim and the handler's work, recording how it ended. */
   private handled(): Observable<unknown> {
-    const { run, work } = this;
+    const { attempt, work } = this;
     let last: unknown;
     return new Observable<unknown>((subscriber) =>
-      runWithin(run, () => HandlerWork.within(work, () => this.request.next.handle().subscribe(subscriber))),
+      attempt.within(() => HandlerWork.within(work, () => this.request.next.handle().subscribe(subscriber))),
     ).pipe(
       tap({
         next: (value) => (last = value),
@@ -138,20 +137,15 @@ export class HttpAttempt {
   private async finish(sent: SentResponse | undefined): Promise<StoredResponse | undefined> {
     if (this.finished) return undefined;
     this.finished = true;
-    const { run, work, pipeline } = this;
-    const { plan, context, next, method, response, platform, key, endpoint } = this.request;
+    const { attempt, work, pipeline } = this;
+    const { plan, context, next, method, response, platform } = this.request;
     const { policy } = plan;
     const conclude = async ({ response, failed }: HandlerOutcome) => {
       work.close();
       // HTTP's rule of what is final: the route's `isFinalStatus`, on the response's status.
       const final = response !== undefined && plan.http.isFinalStatus(response.status);
-      try {
-        const error = await this.services.idempotency.finish(run, { response, failed, final }, policy);
-        return error && errorResponse(error, plan.http.profile);
-      } catch (error) {
-        this.services.logger.error(`Finalizing key ${JSON.stringify(key)} of ${endpoint} failed: ${error}`);
-        return undefined;
-      }
+      const error = await attempt.end({ response, failed, final });
+      return error && errorResponse(error, plan.http.profile);
     };
     // An answer Nest sends for the handler while it or the interceptors inside still work (a timeout
     // interceptor, inside or outside the module's, answered for it) goes out at once, and the claim (and its
@@ -168,7 +162,7 @@ export class HttpAttempt {
       sent !== undefined &&
       (work.isCurrentHandler || (!isNestReplying(response.platformResponse) && pipeline === undefined));
     if (plan.replayable && !writtenByHandler && answeredForHandler) {
-      const pipelineRun = () => runWithin(run, () => HandlerWork.within(work, () => next.handle()));
+      const pipelineRun = () => attempt.within(() => HandlerWork.within(work, () => next.handle()));
       const route = { context, method, policy, http: plan.http, answered: sent, platform };
       void this.workDone
         .then(() => this.outcomeOfWork(this.pipeline as PipelineEnd, pipelineRun, route))

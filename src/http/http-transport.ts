@@ -11,7 +11,7 @@ import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type Observable, of } from 'rxjs';
 import { type IdempotencyError, IdempotencyKeyRequiredError } from '../protocol/idempotency.errors.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
-import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import { IDEMPOTENCY_MODULE_OPTIONS } from '../protocol/idempotency.tokens.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
@@ -135,7 +135,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     return of(isUtf8(body) ? body.toString('utf8') : body);
   }
 
-  async run(call: HttpCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+  async run(call: HttpCall, attempt: IdempotencyAttempt, next: CallHandler): Promise<Observable<unknown>> {
     const { plan, context, request, response, platform, scope } = call;
     // Answered while the claim was made (waited for), by something outside Nest's pipeline: Fastify's
     // `handlerTimeout`, a timeout middleware. Its client has that answer (a 503, say) and will retry: nothing more is
@@ -143,11 +143,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     // retry would do it again), so the claim is released at once.
     if (answeredElsewhere(response)) {
       this.warnAnsweredElsewhere(scope.endpoint);
-      await this.idempotency
-        .finish(run, { response: undefined, failed: true, final: false }, plan.policy)
-        .catch((error: unknown) =>
-          this.logger.error(`Releasing key ${JSON.stringify(scope.key)} of ${scope.endpoint} failed: ${error}`),
-        );
+      await attempt.end({ response: undefined, failed: true, final: false });
       return of(undefined);
     }
     const claimed = {
@@ -160,7 +156,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
       key: scope.key,
       endpoint: scope.endpoint,
     };
-    return new HttpAttempt(run, claimed, this.attemptServices).start();
+    return new HttpAttempt(attempt, claimed, this.attemptServices).start();
   }
 
   /**

@@ -6,7 +6,7 @@ import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum
 import { lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
 import { resolveAccount } from '../transport-kit/account-resolution.js';
 import { jsonFingerprint } from '../transport-kit/json-fingerprint.js';
-import { runUnguarded, runWithin } from '../protocol/current-run.js';
+import { runUnguarded } from '../protocol/current-run.js';
 import { HandlerPlans } from '../transport-kit/handler-plans.js';
 import {
   type IdempotencyError,
@@ -15,12 +15,11 @@ import {
   IdempotencyKeyRequiredError,
   IdempotencyOutcomeWithheldError,
   IdempotencyShuttingDownError,
-  IdempotencyStoreUnavailableError,
   type KeyTerms,
 } from '../protocol/idempotency.errors.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
-import type { IdempotencyRun } from '../protocol/idempotency-run.js';
+import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
 import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
@@ -231,17 +230,21 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return this.acknowledged(plan, delivery, outcomeOf(stored), plan.consumer, false);
   }
 
-  async run(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
+  async run(call: MessageCall, attempt: IdempotencyAttempt, next: CallHandler): Promise<Observable<unknown>> {
     try {
-      return await this.runClaimed(call, run, next);
+      return await this.runClaimed(call, attempt, next);
     } finally {
       call.endTurn();
     }
   }
 
-  private async runClaimed(call: MessageCall, run: IdempotencyRun, next: CallHandler): Promise<Observable<unknown>> {
-    const { plan, policy, delivery, scope } = call;
-    let ended = await this.handled(next, run);
+  private async runClaimed(
+    call: MessageCall,
+    attempt: IdempotencyAttempt,
+    next: CallHandler,
+  ): Promise<Observable<unknown>> {
+    const { plan, delivery, scope } = call;
+    let ended = await this.handled(next, attempt);
     // An event's value reaches nobody: only that it ran is stored.
     if (ended.status === 'done' && !plan.request) ended = { status: 'done', value: undefined };
     let outcome = this.finalOutcome(ended);
@@ -255,12 +258,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
       response = storedOutcome(outcome);
     }
     // The consumer's own rule says what is final (an error stored as 422 too), never HTTP's `isFinalStatus`.
-    const refused = await this.idempotency
-      .finish(run, { response, failed: ended.status === 'failed', final: outcome !== undefined }, policy)
-      .catch((error: unknown) => {
-        this.logger.error(`Ending the claim of a message to ${scope.endpoint} failed; it is redelivered: ${error}`);
-        return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
-      });
+    const refused = await attempt.end({ response, failed: ended.status === 'failed', final: outcome !== undefined });
     // A refusal (the outcome could not be committed) goes to `refusal`, which settles the message.
     if (refused) throw refused;
     if (!outcome) return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as FailedEnd).error);
@@ -376,10 +374,10 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   }
 
   /** Runs the handler's pipeline to its end, within `run` (unguarded without one): its last value, or its error. */
-  private async handled(next: CallHandler, run?: IdempotencyRun): Promise<HandlerEnd> {
+  private async handled(next: CallHandler, attempt?: IdempotencyAttempt): Promise<HandlerEnd> {
     const pipeline = new Observable((subscriber) => {
       const subscribe = () => next.handle().subscribe(subscriber);
-      return run ? runWithin(run, subscribe) : runUnguarded(subscribe);
+      return attempt ? attempt.within(subscribe) : runUnguarded(subscribe);
     });
     try {
       return { status: 'done', value: await lastValueFrom(pipeline, { defaultValue: undefined }) };

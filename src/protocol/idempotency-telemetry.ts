@@ -9,6 +9,14 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import type { IdempotencyRun } from './idempotency-run.js';
+import {
+  IdempotencyKeyReuseError,
+  IdempotencyOutcomeWithheldError,
+  IdempotencyRecordUnreadableError,
+  IdempotencyShuttingDownError,
+  IdempotencyStoreUnavailableError,
+  RequestInProgressError,
+} from './idempotency.errors.js';
 import type { IdempotencyClaim } from './idempotency-store.interface.js';
 
 /** A run's span and its start, until its finalize. */
@@ -179,4 +187,15 @@ export function callAttributes(transport: string, endpoint: string): Attributes 
 /** OpenTelemetry's `error.type`: the error's class name (never its message, which may quote a key). */
 function errorType(error: unknown): string {
   return error instanceof Error ? error.constructor.name : '_OTHER';
+}
+
+/** What a refusal counts as on `idempotency.outcomes`; `undefined` for an error that is not one of the protocol's. */
+export function refusalOutcome(error: unknown): IdempotencyOutcome | undefined {
+  if (error instanceof IdempotencyKeyReuseError) return 'key_reuse';
+  if (error instanceof RequestInProgressError) return 'in_progress';
+  if (error instanceof IdempotencyShuttingDownError) return 'shutting_down';
+  if (error instanceof IdempotencyStoreUnavailableError) return 'store_unavailable';
+  if (error instanceof IdempotencyRecordUnreadableError) return 'record_unreadable';
+  if (error instanceof IdempotencyOutcomeWithheldError) return 'outcome_withheld';
+  return undefined;
 }

@@ -2,7 +2,7 @@ import type { CallHandler, ExecutionContext } from '@nestjs/common';
 import type { Observable } from 'rxjs';
 import type { IdempotencyError, KeyTerms } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
-import type { IdempotencyRun } from './idempotency-run.js';
+import type { IdempotencyAttempt } from './idempotency-attempt.js';
 import type { IdempotencyScope, StoredResponse } from './idempotency-store.interface.js';
 
 /** A call a transport has read: what the protocol claims it by. A transport adds what it needs to answer it. */
@@ -64,8 +64,11 @@ export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCa
   faulted?(call: Call, error: unknown): void;
   /** Answers the call with its stored outcome. */
   replay(call: Call, stored: StoredResponse): Observable<unknown> | Promise<Observable<unknown>>;
-  /** Runs the handler (`next`) under the claim `run`, and ends the claim with its outcome, once. */
-  run(call: Call, run: IdempotencyRun, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>>;
+  /**
+   * Runs the handler (`next`) within `attempt`, and ends it with the handler's outcome, saying whether it is final
+   * (the transport's own rule); a refusal the end answers is the caller's instead.
+   */
+  run(call: Call, attempt: IdempotencyAttempt, next: CallHandler): Observable<unknown> | Promise<Observable<unknown>>;
   /**
    * What the call's client gets for `error`: an error thrown into Nest's pipeline, or an Observable that answers for
    * it (a message consumer answers a refused event with nothing, having settled its message). `call` is undefined

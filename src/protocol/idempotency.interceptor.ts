@@ -3,7 +3,8 @@ import { isObservable, type Observable } from 'rxjs';
 import { IdempotencyError } from './idempotency.errors.js';
 import { IdempotencyTransports } from './idempotency-transports.js';
 import type { IdempotentCall, IdempotencyTransport } from './idempotency-transport.interface.js';
-import { type IdempotencyDecision, IdempotencyService } from './idempotency.service.js';
+import type { IdempotencyDecision } from './claim-decision.js';
+import { IdempotencyService } from './idempotency.service.js';
 
 /**
  * Registered app-wide: for a call of a transport the module serves, the transport reads it, `IdempotencyService`
@@ -34,7 +35,7 @@ export class IdempotencyInterceptor implements NestInterceptor {
       const decision = await this.decided(transport, call);
       return await (decision.action === 'replay'
         ? transport.replay(call, decision.response)
-        : transport.run(call, decision.run, next));
+        : transport.run(call, decision.attempt, next));
     } catch (error) {
       if (!(error instanceof IdempotencyError)) {
         if (call) transport.faulted?.(call, error);

@@ -1,7 +1,10 @@
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
-import { type IdempotencyStore, IdempotencyRun, IdempotencyService, type StoreTransaction } from '../../src/index.js';
+import { type IdempotencyStore, IdempotencyRun, type StoreTransaction } from '../../src/index.js';
+import { ClaimEnding } from '../../src/protocol/claim-ending.js';
+import { IdempotencyTelemetry } from '../../src/protocol/idempotency-telemetry.js';
 import { resolvePolicy } from '../../src/protocol/idempotency-policy.js';
+import { OutcomeSealing } from '../../src/protocol/outcome-sealing.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 
 /** A transaction whose database never answers its rollback or commit. */
@@ -38,7 +41,13 @@ describe('ending a transaction the database does not answer', () => {
       release: async () => true,
       complete: async () => true,
     } as unknown as IdempotencyStore;
-    const service = new IdempotencyService(store, { accountResolver: () => 'acct' });
+    const claims = new ClaimEnding(
+      store,
+      new Logger('Idempotency'),
+      OutcomeSealing.from(undefined),
+      new IdempotencyTelemetry(),
+      () => undefined,
+    );
     const transaction = new StalledTransaction();
     const key = randomUUID();
     const run = new IdempotencyRun(
@@ -47,7 +56,7 @@ describe('ending a transaction the database does not answer', () => {
       transaction,
     );
     const policy = resolvePolicy({ storeTimeoutSeconds: 0.05 });
-    await service.finish(run, outcome, policy);
+    await claims.end(run, outcome, policy, () => ({ key: 'Idempotency-Key', usedWith: 'request' }));
     expect(transaction.abandoned).toBe(true);
     expect(logger.errors).toContain(
       `ERROR [Idempotency] ${failure(key)} took longer than storeTimeoutSeconds (0.05 s)`,
