@@ -27,7 +27,8 @@ export { sha256Fingerprint } from './http/requests/http-policy.js';
 export { jsonFieldsFingerprint, type JsonFieldsSelection } from './http/requests/json-fields-fingerprint.js';
 
 // Operations that are not HTTP requests (queue consumers, jobs), and the purge on demand.
-export { type ExecuteResult, type IdempotentOperation, IdempotencyService } from './protocol/idempotency.service.js';
+export { IdempotencyService } from './protocol/idempotency.service.js';
+export type { ExecuteResult, IdempotentOperation } from './protocol/idempotent-operations.js';
 export type { Jsonified, JsonResult } from './protocol/jsonified.js';
 
 // Errors: the answers of the module (each with a stable `code`), and the refusals at start-up.

@@ -1,6 +1,5 @@
-import { createHash } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
-import { IdempotencyOperationInvalidError, type KeyTerms } from './idempotency.errors.js';
+import type { KeyTerms } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './idempotency.tokens.js';
 import {
   checkTenancy,
@@ -10,13 +9,9 @@ import {
   resolveReplayCacheLimits,
   resolveShutdownTimeout,
 } from './idempotency-policy.js';
-import { canonicalJson } from '../shared/canonical-json.js';
 import { currentRun } from './current-run.js';
-import { describedValue } from './described-value.js';
 import type { ProtocolModuleOptions, ProtocolIdempotentOptions } from './idempotency-options.interface.js';
 import type { IdempotencyRun } from './idempotency-run.js';
-import { assertFaithfulJson } from './json-input.js';
-import type { JsonResult } from './jsonified.js';
 import type { IdempotencyScope, IdempotencyStore, StoredResponse } from './idempotency-store.interface.js';
 import { ReplayCache } from './replay-cache.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
@@ -24,7 +19,6 @@ import { ClaimEnding } from './claim-ending.js';
 import { AttemptLifecycle } from './attempt-lifecycle.js';
 import { ClaimDecision, type IdempotencyDecision } from './claim-decision.js';
 import type { DrainParticipant } from './running-attempts.js';
-import { keyFault, scopeTextFault } from './scope-values.js';
 import { OutcomeSealing } from './outcome-sealing.js';
 import {
   IdempotencyTelemetry,
@@ -33,34 +27,15 @@ import {
   refusalOutcome,
 } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
-
-/** An operation outside HTTP (a queue message, a cron run, a workflow step) and its key. */
-export interface IdempotentOperation {
-  /** What the operation is, e.g. `payout`: keys are scoped by it, like HTTP keys by endpoint. Not empty. */
-  name: string;
-  /**
-   * The operation's key: created once where the intent is formed, and persisted with it. 1..255 visible ASCII
-   * characters, as an HTTP key.
-   */
-  key: string;
-  /** The tenant, as for HTTP (not empty). Default: none. */
-  account?: string;
-  /**
-   * What the operation does: the same key with another input is refused. Plain objects, arrays, strings, finite
-   * numbers, booleans and null only (a Date as its ISO string, say), so that different inputs never look alike. Default: none.
-   */
-  input?: unknown;
-}
-
-export interface ExecuteResult<T> {
-  /**
-   * The work's result as stored, through JSON (a `Date` comes back a string, nothing comes back `null`): the same on
-   * the first run and on every replay.
-   */
-  result: JsonResult<T>;
-  /** The work ran in an earlier call; this one returned its stored result. */
-  replayed: boolean;
-}
+import {
+  type ExecuteResult,
+  type IdempotentOperation,
+  operationFingerprint,
+  operationTerms,
+  resultOf,
+  scopeOfOperation,
+  storedResult,
+} from './idempotent-operations.js';
 
 /**
  * The protocol's public face, independent of any transport: `begin()`, which transports call through the
@@ -195,29 +170,24 @@ export class IdempotencyService {
   ): Promise<ExecuteResult<T>> {
     const policy = resolvePolicy(this.modulePolicy, options);
     const scope = scopeOfOperation(operation);
-    assertFaithfulJson(operation.input ?? null, 'input'); // before anything is claimed
-    const fingerprint = createHash('sha256')
-      .update(canonicalJson(operation.input ?? null))
-      .digest('hex');
+    const fingerprint = operationFingerprint(operation.input); // before anything is claimed
     // Within an attempt of work in hand (a consumer's message), the operation is in hand too: run during the drain.
     const within = currentRun();
     const inHand = (within && this.lifecycle.requestOf(within)?.inHand) ?? false;
-    const terms = { key: `key of operation ${JSON.stringify(operation.name)}`, usedWith: 'input' } as const;
-    const decision = await this.begin(scope, fingerprint, policy, terms, { inHand });
-    if (decision.action === 'replay') return { result: parseResult<T>(decision.response), replayed: true };
+    const decision = await this.begin(scope, fingerprint, policy, operationTerms(operation.name), { inHand });
+    if (decision.action === 'replay') return { result: resultOf<T>(decision.response), replayed: true };
 
     const { attempt } = decision;
-    let body: Buffer;
+    let response: StoredResponse;
     try {
-      body = Buffer.from(JSON.stringify((await attempt.within(() => work(attempt.run))) ?? null));
+      response = storedResult(await attempt.within(() => work(attempt.run)));
     } catch (error) {
       await attempt.end({ response: undefined, failed: true, final: false });
       throw error;
     }
-    const response = { status: 200, headers: { 'content-type': 'application/json' }, body };
     const refusal = await attempt.end({ response, failed: false, final: true });
     if (refusal) throw refusal;
-    return { result: parseResult<T>(response), replayed: false };
+    return { result: resultOf<T>(response), replayed: false };
   }
 
   /**
@@ -229,33 +199,8 @@ export class IdempotencyService {
   }
 }
 
-/**
- * The scope an operation is claimed under, `(account, "operation <name>", key)`. Its parts follow the HTTP edge's
- * rules, so that what the database would refuse (a key too long for its column, a NUL character) is refused here,
- * for good, rather than failing each claim as if the database were down, which a retrying job would retry for ever.
- */
-function scopeOfOperation({ name, key, account }: IdempotentOperation): IdempotencyScope {
-  checkOperationPart('name', name, scopeTextFault);
-  checkOperationPart('key', key, keyFault);
-  if (account !== undefined) checkOperationPart('account', account, scopeTextFault);
-  return { account: account ?? '', endpoint: `operation ${name}`, key };
-}
-
-function checkOperationPart(
-  field: IdempotencyOperationInvalidError['field'],
-  value: unknown,
-  faultOf: (text: string) => string | undefined,
-): void {
-  const fault = typeof value === 'string' ? faultOf(value) : `it is ${describedValue(value)}, not a string`;
-  if (fault !== undefined) throw new IdempotencyOperationInvalidError(field, fault);
-}
-
 /** What a decision counts as on `idempotency.outcomes`. */
 function outcomeOf(decision: IdempotencyDecision): IdempotencyOutcome {
   if (decision.action === 'replay') return decision.from === 'memory' ? 'replay.memory' : 'replay.store';
   return decision.attempt.run.takeover ? 'takeover' : 'new';
-}
-
-function parseResult<T>(response: StoredResponse): JsonResult<T> {
-  return JSON.parse(response.body.toString('utf8')) as JsonResult<T>;
 }
