@@ -28,6 +28,8 @@ const ROOM_NAMES = {
   terminus: 'the health indicator (src/terminus)',
   cli: 'the command-line tool (src/cli)',
   shared: 'src/shared',
+  store: "the store authors' entry point (src/store)",
+  observability: 'the observability entry point (src/observability)',
   root: "the module's wiring (the root files of src/)",
 };
 
@@ -148,6 +150,23 @@ export const ROOMS = {
       ['a Node module', NODE],
       ['Nest', ['@nestjs/']],
       ['rxjs', ['rxjs']],
+    ],
+  },
+  // Entry points that re-export the protocol's types for store authors and for observability: no code of their own.
+  store: {
+    mayImport: ['store', 'protocol'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  observability: {
+    mayImport: ['observability', 'protocol'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
     ],
   },
   // The main entry point's wiring: every room but the PostgreSQL store, whose entry point is its own, so that an

@@ -1,4 +1,4 @@
-import { HTTP_PROFILES, type HttpProfileName } from '../src/index.js';
+import { HTTP_PROFILES, type HttpProfileName } from '../src/http/index.js';
 
 /** Everything the sample app reads from its environment. */
 export interface SampleConfig {

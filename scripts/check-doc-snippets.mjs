@@ -1,8 +1,7 @@
 // Type-checks the TypeScript of the docs: every ```ts / ```typescript block of README.md and docs/*.md is written to
 // a temporary folder as a module of its own and compiled by one `tsc` run, with the compiler options of this
-// project's tsconfig.json (NodeNext, strict, decorators) and `nest-idempotency`, `nest-idempotency/client`,
-// `nest-idempotency/testing`, `nest-idempotency/rabbitmq`, `nest-idempotency/jetstream`, `nest-idempotency/graphql`,
-// `nest-idempotency/terminus` and `nest-idempotency/swagger` mapped to their sources. A
+// project's tsconfig.json (NodeNext, strict, decorators) and each entry point of package.json's `exports`
+// (`nest-idempotency`, `nest-idempotency/postgres`, …) mapped to its source. A
 // block that does not compile fails the check, named by its markdown file and line. Also checks that the relative
 // links of those files point at a file and, for a page, at one of its headings. `npm run check:docs`; CI runs it
 // (.ci/run).
@@ -120,7 +119,7 @@ export declare class OrdersService {
 }
 `,
   'redis-idempotency.store.ts': `
-import type { IdempotencyStore } from 'nest-idempotency';
+import type { IdempotencyStore } from 'nest-idempotency/store';
 export interface RedisConnection {
   quit(): Promise<void>;
 }
@@ -231,17 +230,11 @@ try {
 
   const { compilerOptions } = JSON.parse(readFileSync(join(root, 'tsconfig.json'), 'utf8'));
   for (const key of ['rootDir', 'outDir', 'sourceMap', 'declaration']) delete compilerOptions[key];
-  const paths = {
-    'nest-idempotency': [join(root, 'src/index.ts')],
-    'nest-idempotency/postgres': [join(root, 'src/postgres/index.ts')],
-    'nest-idempotency/client': [join(root, 'src/client/index.ts')],
-    'nest-idempotency/testing': [join(root, 'src/testing/index.ts')],
-    'nest-idempotency/rabbitmq': [join(root, 'src/rabbitmq/index.ts')],
-    'nest-idempotency/jetstream': [join(root, 'src/jetstream/index.ts')],
-    'nest-idempotency/graphql': [join(root, 'src/graphql/index.ts')],
-    'nest-idempotency/swagger': [join(root, 'src/swagger/index.ts')],
-    'nest-idempotency/terminus': [join(root, 'src/terminus/index.ts')],
-  };
+  // Each entry point of package.json's `exports`, at its source: `./x` is `src/x/index.ts`.
+  const { exports } = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
+  const paths = Object.fromEntries(
+    Object.keys(exports).map((entry) => [join('nest-idempotency', entry), [join(root, 'src', entry, 'index.ts')]]),
+  );
   if (!existsSync(join(root, 'node_modules/@nestjs/config'))) {
     writeFileSync(join(folder, 'nestjs-config.d.ts'), NESTJS_CONFIG_STUB.trimStart());
     paths['@nestjs/config'] = [join(folder, 'nestjs-config.d.ts')];

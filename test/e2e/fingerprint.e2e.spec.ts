@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Body, Controller, type INestApplication, Post } from '@nestjs/common';
 import request from 'supertest';
-import { Idempotent, jsonFieldsFingerprint } from '../../src/index.js';
+import { Idempotent } from '../../src/index.js';
+import { jsonFieldsFingerprint } from '../../src/http/index.js';
 import { createTestDatabase, recordCountOf, type TestDatabase } from '../support/test-database.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp } from '../support/test-app.js';

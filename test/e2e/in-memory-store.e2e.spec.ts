@@ -4,13 +4,13 @@ import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import request from 'supertest';
 import {
-  IDEMPOTENCY_STORE,
   IdempotencyContext,
   Idempotent,
   IdempotencyModule,
   IdempotencyService,
   InMemoryIdempotencyStore,
 } from '../../src/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import { IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';

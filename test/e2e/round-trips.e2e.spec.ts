@@ -1,7 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { Controller, type INestApplication, Post } from '@nestjs/common';
 import request from 'supertest';
-import { Idempotent, sha256Fingerprint } from '../../src/index.js';
+import { Idempotent } from '../../src/index.js';
+import { sha256Fingerprint } from '../../src/http/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { TcpProxy } from '../support/tcp-proxy.js';

@@ -8,8 +8,6 @@ import express from 'express';
 import request from 'supertest';
 import {
   IDEMPOTENCY_MODULE_OPTIONS,
-  IDEMPOTENCY_STORE,
-  type IdempotencyStore,
   Idempotent,
   IdempotencyModule,
   IdempotencyService,
@@ -17,6 +15,7 @@ import {
   IdempotencySetupError,
   InMemoryIdempotencyStore,
 } from '../../src/index.js';
+import { IDEMPOTENCY_STORE, type IdempotencyStore } from '../../src/store/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import type { Platform } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';

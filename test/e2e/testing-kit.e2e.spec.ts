@@ -4,7 +4,8 @@ import { Test, type TestingModuleBuilder } from '@nestjs/testing';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { IDEMPOTENCY_STORE, Idempotent, IdempotencyModule } from '../../src/index.js';
+import { Idempotent, IdempotencyModule } from '../../src/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import { IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import {
   assertReplayed,

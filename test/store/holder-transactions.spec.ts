@@ -7,7 +7,8 @@ import {
   EventSubscriber,
   type TransactionStartEvent,
 } from 'typeorm';
-import { IdempotencyService, type IdempotencyScope, type ProtocolIdempotentOptions } from '../../src/index.js';
+import { IdempotencyService, type IdempotencyScope } from '../../src/index.js';
+import { type ProtocolIdempotentOptions } from '../../src/protocol/idempotency-options.interface.js';
 import {
   IdempotencyMigrations,
   IdempotencyRecord,

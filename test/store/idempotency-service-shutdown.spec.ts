@@ -1,14 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type { INestApplicationContext } from '@nestjs/common';
-import {
-  type ClaimResult,
-  type ClaimTiming,
-  IDEMPOTENCY_STORE,
-  IdempotencyService,
-  IdempotencyShuttingDownError,
-  type IdempotencyScope,
-  type StoreTransaction,
-} from '../../src/index.js';
+import { IdempotencyService, IdempotencyShuttingDownError, type IdempotencyScope } from '../../src/index.js';
+import { type ClaimResult, type ClaimTiming, IDEMPOTENCY_STORE, type StoreTransaction } from '../../src/store/index.js';
 import { PostgresIdempotencyStore, type PostgresStoreTransaction } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';

@@ -4,7 +4,8 @@ import type { DynamicModule } from '@nestjs/common';
 import { Test } from '@nestjs/testing';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { DataSource, type MigrationInterface } from 'typeorm';
-import { IDEMPOTENCY_STORE, IdempotencyModule } from '../../src/index.js';
+import { IdempotencyModule } from '../../src/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import {
   IdempotencyMigrations,
   IdempotencyPostgresModule,

@@ -3,7 +3,7 @@ import { type Attributes, context, metrics, trace } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { type DataPoint, type Histogram, MeterProvider, MetricReader } from '@opentelemetry/sdk-metrics';
 import { InMemorySpanExporter, type ReadableSpan, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
-import { IDEMPOTENCY_CHANNELS, type IdempotencyEventPayloads } from '../../src/index.js';
+import { IDEMPOTENCY_CHANNELS, type IdempotencyEventPayloads } from '../../src/observability/index.js';
 
 /** A reader the test collects from when it looks, rather than on a period. */
 class CollectingReader extends MetricReader {

@@ -11,13 +11,8 @@ import type { FastifyAdapter } from '@nestjs/platform-fastify';
 import { Test, type TestingModule } from '@nestjs/testing';
 import { getDataSourceToken, TypeOrmModule } from '@nestjs/typeorm';
 import type { DataSource, EntitySchema, MigrationInterface } from 'typeorm';
-import {
-  IDEMPOTENCY_STORE,
-  IdempotencyModule,
-  type IdempotencyModuleOptions,
-  type IdempotencyStore,
-  InMemoryIdempotencyStore,
-} from '../../src/index.js';
+import { IdempotencyModule, type IdempotencyModuleOptions, InMemoryIdempotencyStore } from '../../src/index.js';
+import { IDEMPOTENCY_STORE, type IdempotencyStore } from '../../src/store/index.js';
 import {
   IdempotencyMigrations,
   IdempotencyPostgresModule,

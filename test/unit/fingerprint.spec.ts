@@ -4,7 +4,7 @@ import {
   jsonFieldsFingerprint,
   type JsonFieldsSelection,
   sha256Fingerprint,
-} from '../../src/index.js';
+} from '../../src/http/index.js';
 import { resolveHttpPolicy } from '../../src/http/requests/http-policy.js';
 
 const input = {

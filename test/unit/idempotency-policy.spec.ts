@@ -1,4 +1,5 @@
-import { Idempotent, isFinalStatusByDefault, sha256Fingerprint } from '../../src/index.js';
+import { Idempotent } from '../../src/index.js';
+import { isFinalStatusByDefault, sha256Fingerprint } from '../../src/http/index.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from '../../src/index.js';
 import { resolveHttpPolicy } from '../../src/http/requests/http-policy.js';
 import { checkTenancy, resolvePolicy, resolvePurgeSettings } from '../../src/protocol/idempotency-policy.js';

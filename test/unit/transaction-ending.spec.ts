@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { Logger } from '@nestjs/common';
-import { type IdempotencyStore, IdempotencyRun, type StoreTransaction } from '../../src/index.js';
+import { IdempotencyRun } from '../../src/index.js';
+import { type IdempotencyStore, type StoreTransaction } from '../../src/store/index.js';
 import { ClaimEnding } from '../../src/protocol/claim-ending.js';
 import { IdempotencyTelemetry } from '../../src/protocol/idempotency-telemetry.js';
 import { resolvePolicy } from '../../src/protocol/idempotency-policy.js';
