@@ -4,7 +4,7 @@ import { TypeOrmModule } from '@nestjs/typeorm';
 import { ApolloDriver, type ApolloDriverConfig } from '@nestjs/apollo';
 import { GraphQLModule } from '@nestjs/graphql';
 import { TerminusModule } from '@nestjs/terminus';
-import { IdempotencyGraphqlModule } from '../src/graphql/index.js';
+import { IdempotencyGraphQLModule } from '../src/graphql/index.js';
 import { IdempotencyModule } from '../src/index.js';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
 import { IdempotencyHealthModule } from '../src/terminus/index.js';
@@ -77,7 +77,7 @@ export class AppModule implements NestModule {
           autoSchemaFile: true,
           context: (context: { req?: unknown; request?: unknown }) => ({ req: context.req ?? context.request }),
         }),
-        IdempotencyGraphqlModule.forRoot({ keyArgument: 'idempotencyKey', required: true }),
+        IdempotencyGraphQLModule.forRoot({ keyArgument: 'idempotencyKey', required: true }),
       ],
       controllers: [
         ChargesController,

@@ -40,7 +40,7 @@ export {
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from './protocol/idempotency.errors.js';
 export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
 

@@ -31,7 +31,7 @@ interface RequestContext {
 
 /**
  * `createCharge` beside `POST /v1/charges`, on the same service: the key is the mutation's `idempotencyKey` argument,
- * or the request's `Idempotency-Key` header, and one of them is required (`IdempotencyGraphqlModule` in app.module.ts).
+ * or the request's `Idempotency-Key` header, and one of them is required (`IdempotencyGraphQLModule` in app.module.ts).
  */
 @Resolver(() => ChargeObject)
 export class ChargesResolver {

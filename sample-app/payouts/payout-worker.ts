@@ -1,7 +1,7 @@
 import { Inject, Injectable, Logger, type OnApplicationBootstrap, type OnApplicationShutdown } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
-import { IdempotencyService, RequestInProgressError } from '../../src/index.js';
+import { IdempotencyService, IdempotencyRequestInProgressError } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { PAYMENT_PROVIDER, type PaymentProvider } from '../payment-provider.js';
 import { SAMPLE_CONFIG, type SampleConfig } from '../sample-config.js';
@@ -74,7 +74,7 @@ export class PayoutWorker implements OnApplicationBootstrap, OnApplicationShutdo
         { transactional: true },
       );
     } catch (error) {
-      if (error instanceof RequestInProgressError) return; // another worker holds it, or a dead one's lease runs
+      if (error instanceof IdempotencyRequestInProgressError) return; // another worker holds it, or a dead one's lease runs
       this.logger.error(`Paying out ${job.id} failed; it is retried at the next poll: ${error}`);
     }
   }

@@ -26,7 +26,7 @@ import { nonEmptyString, boolean } from '../protocol/option-checks.js';
 import { type GraphqlField, graphqlFieldOf, isRootMutationField } from './graphql-field.js';
 import { outcomeOf, storedException, storedValue } from './graphql-outcomes.js';
 import { GraphqlRefusal } from './graphql-refusals.js';
-import type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
+import type { IdempotencyGraphQLOptions } from './idempotency-graphql-options.interface.js';
 import { GRAPHQL_OPTIONS } from './idempotency-graphql.module-definition.js';
 
 /** What the transport knows of an idempotent resolver once: its policy, and which of its exceptions are final. */
@@ -70,7 +70,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     reflector: Reflector,
     private readonly idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions & HttpSharedOptions,
-    @Inject(GRAPHQL_OPTIONS) options: IdempotencyGraphqlOptions,
+    @Inject(GRAPHQL_OPTIONS) options: IdempotencyGraphQLOptions,
     transports: IdempotencyTransports,
   ) {
     this.keyArgument =

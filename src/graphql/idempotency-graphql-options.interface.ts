@@ -1,5 +1,5 @@
-/** Options of `IdempotencyGraphqlModule.forRoot()`. */
-export interface IdempotencyGraphqlOptions {
+/** Options of `IdempotencyGraphQLModule.forRoot()`. */
+export interface IdempotencyGraphQLOptions {
   /**
    * The mutation argument that carries the key (`createCharge(idempotencyKey: String, ...)`), so that the schema shows
    * it and each field of a document carries its own. A field without it reads the header. Default: none (the header

@@ -1,5 +1,5 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { IdempotencyGraphqlOptions } from './idempotency-graphql-options.interface.js';
+import type { IdempotencyGraphQLOptions } from './idempotency-graphql-options.interface.js';
 
-export const { ConfigurableModuleClass: ConfigurableIdempotencyGraphqlModule, MODULE_OPTIONS_TOKEN: GRAPHQL_OPTIONS } =
-  new ConfigurableModuleBuilder<IdempotencyGraphqlOptions>().setClassMethodName('forRoot').build();
+export const { ConfigurableModuleClass: ConfigurableIdempotencyGraphQLModule, MODULE_OPTIONS_TOKEN: GRAPHQL_OPTIONS } =
+  new ConfigurableModuleBuilder<IdempotencyGraphQLOptions>().setClassMethodName('forRoot').build();

@@ -7,7 +7,7 @@ import {
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type {
@@ -112,7 +112,7 @@ export class ClaimDecision {
         if (!response) throw new IdempotencyRecordUnreadableError();
         return replayOf(response, 'store');
       }
-      if (!waiting) throw new RequestInProgressError(policy.retryAfterSeconds, terms);
+      if (!waiting) throw new IdempotencyRequestInProgressError(policy.retryAfterSeconds, terms);
       if (!waited) this.telemetry.count('waited', attributes); // once per attempt that waits
       waited = true;
       await wait.untilChanged(); // then claim again: the outcome is replayed, or a released key is claimed

@@ -6,7 +6,7 @@ import {
   IdempotencyOutcomeWithheldError,
   IdempotencyStoreUnavailableError,
   type KeyTerms,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from './idempotency.errors.js';
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
@@ -127,7 +127,7 @@ export class ClaimEnding {
       // Rolled back past maxHoldSeconds: the key is released, unless a retry has taken it over meanwhile.
       const released = await this.finalize(run.claim, undefined, policy);
       return released === 'taken-over'
-        ? new RequestInProgressError(policy.retryAfterSeconds, termsOf())
+        ? new IdempotencyRequestInProgressError(policy.retryAfterSeconds, termsOf())
         : new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     }
     if (transaction && toStore && !failed) return this.commitWithOutcome(run, toStore, policy, termsOf);
@@ -152,7 +152,7 @@ export class ClaimEnding {
     if (finalized === 'held' && toStore) this.stored(run, toStore.kept, policy);
     // Another attempt took the key over (this one outlived its lease): its outcome is the one that stands.
     if (finalized === 'taken-over' && toStore && (withheld || !failed)) {
-      return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
+      return new IdempotencyRequestInProgressError(policy.retryAfterSeconds, termsOf());
     }
     return withheld ? new IdempotencyOutcomeWithheldError() : undefined;
   }
@@ -189,7 +189,7 @@ export class ClaimEnding {
         this.logger.warn(
           `The claim on ${describeScope(run.scope)} was taken over by another attempt: this attempt's writes are rolled back.`,
         );
-        return new RequestInProgressError(policy.retryAfterSeconds, termsOf());
+        return new IdempotencyRequestInProgressError(policy.retryAfterSeconds, termsOf());
       }
       await this.endTransaction(transaction, 'commit', policy);
       this.telemetry.count('stored', this.telemetry.attributesOf(run.claim));

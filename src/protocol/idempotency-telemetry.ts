@@ -15,7 +15,7 @@ import {
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from './idempotency.errors.js';
 import type { IdempotencyClaim } from './idempotency-store.interface.js';
 
@@ -192,7 +192,7 @@ function errorType(error: unknown): string {
 /** What a refusal counts as on `idempotency.outcomes`; `undefined` for an error that is not one of the protocol's. */
 export function refusalOutcome(error: unknown): IdempotencyOutcome | undefined {
   if (error instanceof IdempotencyKeyReuseError) return 'key_reuse';
-  if (error instanceof RequestInProgressError) return 'in_progress';
+  if (error instanceof IdempotencyRequestInProgressError) return 'in_progress';
   if (error instanceof IdempotencyShuttingDownError) return 'shutting_down';
   if (error instanceof IdempotencyStoreUnavailableError) return 'store_unavailable';
   if (error instanceof IdempotencyRecordUnreadableError) return 'record_unreadable';

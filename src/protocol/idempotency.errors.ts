@@ -115,7 +115,7 @@ export class IdempotencyKeyReuseError extends IdempotencyError {
   }
 }
 
-export class RequestInProgressError extends IdempotencyError {
+export class IdempotencyRequestInProgressError extends IdempotencyError {
   constructor(retryAfterSeconds: number, terms: KeyTerms) {
     super(
       'request_in_progress',

@@ -156,7 +156,7 @@ export class IdempotencyService {
   /**
    * Runs `work` once per operation key, for callers that are not HTTP requests, with the same claim,
    * fingerprint comparison, lease, TTL and (with `transactional: true`) transaction as the HTTP routes:
-   * a completed operation returns its stored result; one still running throws `RequestInProgressError`;
+   * a completed operation returns its stored result; one still running throws `IdempotencyRequestInProgressError`;
    * the same key with another input throws `IdempotencyKeyReuseError`; a name, key or account the HTTP edge would
    * refuse too (an empty or 300-character key) throws `IdempotencyOperationInvalidError`, and an input JSON cannot
    * represent faithfully (a Map, a Set, a Date, `undefined`…) a `TypeError` naming where it is, both before anything

@@ -4,3 +4,4 @@ export { IdempotencyRabbitMqModule } from './idempotency-rabbitmq.module.js';
 export type { IdempotencyRabbitMqOptions } from './idempotency-rabbitmq-options.interface.js';
 export type { MessageConsumerOptions, MessageKeySource } from '../messages/message-options.interface.js';
 export { isFinalErrorByDefault } from '../messages/message-consumer-options.js';
+export type { MessageDelivery } from '../messages/message-delivery.interface.js';

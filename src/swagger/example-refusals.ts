@@ -10,7 +10,7 @@ import {
   IdempotencyRecordUnreadableError,
   IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from '../protocol/idempotency.errors.js';
 
 /**
@@ -24,7 +24,7 @@ export function exampleRefusals(headerName: string, required: boolean): Idempote
     new IdempotencyKeyInvalidError(`${headerName} header`, 'it must be 1 to 255 visible ASCII characters'),
     new IdempotencyBodyUnavailableError('multipart/form-data'),
     new IdempotencyKeyReuseError(terms),
-    new RequestInProgressError(2, terms),
+    new IdempotencyRequestInProgressError(2, terms),
     new IdempotencyMisconfiguredError('rawBody: true'),
     new IdempotencyAccountUnresolvedError(),
     new IdempotencyStoreUnavailableError(2),

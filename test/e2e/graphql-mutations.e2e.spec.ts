@@ -9,7 +9,7 @@ import {
   IdempotencySetupError,
   type IdempotencyModuleOptions,
 } from '../../src/index.js';
-import { IdempotencyGraphqlModule, type IdempotencyGraphqlOptions } from '../../src/graphql/index.js';
+import { IdempotencyGraphQLModule, type IdempotencyGraphQLOptions } from '../../src/graphql/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
@@ -92,7 +92,7 @@ async function send(app: TestApp, document: string, variables: Variables, header
 function graphqlApp(
   db: TestDatabase | { url: string },
   transactional: boolean,
-  options: IdempotencyGraphqlOptions,
+  options: IdempotencyGraphQLOptions,
   moduleOptions: Partial<IdempotencyModuleOptions> = {},
 ) {
   return {
@@ -102,7 +102,7 @@ function graphqlApp(
     providers: [ChargesResolver],
     imports: [
       GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
-      IdempotencyGraphqlModule.forRoot(options),
+      IdempotencyGraphQLModule.forRoot(options),
     ],
   };
 }
@@ -298,7 +298,7 @@ describe('GraphQL mutations', () => {
         providers: [MarkedByMistake],
         imports: [
           GraphQLModule.forRoot<ApolloDriverConfig>({ driver: ApolloDriver, autoSchemaFile: true }),
-          IdempotencyGraphqlModule.forRoot(),
+          IdempotencyGraphQLModule.forRoot(),
         ],
       });
       const error = await starting.then(

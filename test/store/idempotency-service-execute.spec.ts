@@ -6,7 +6,7 @@ import {
   IdempotencyOutcomeWithheldError,
   IdempotencyService,
   InMemoryIdempotencyStore,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate } from '../support/gate.js';
@@ -78,7 +78,7 @@ describe('IdempotencyService.execute', () => {
     });
   });
 
-  it('throws RequestInProgressError to a concurrent call while the work runs', async () => {
+  it('throws IdempotencyRequestInProgressError to a concurrent call while the work runs', async () => {
     const key = randomUUID();
     const gate = new Gate();
     const first = service.execute(payout(key), async () => {
@@ -87,7 +87,7 @@ describe('IdempotencyService.execute', () => {
     });
     await gate.reached;
     const refusal = service.execute(payout(key), async () => 'second');
-    await expect(refusal).rejects.toBeInstanceOf(RequestInProgressError);
+    await expect(refusal).rejects.toBeInstanceOf(IdempotencyRequestInProgressError);
     await expect(refusal).rejects.toThrow(
       'Another attempt with this key of operation "payout" is still being processed. Retry after 2 s to receive its outcome.',
     );

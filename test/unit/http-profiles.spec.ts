@@ -5,7 +5,7 @@ import {
   IdempotencyKeyReuseError,
   IdempotencyMisconfiguredError,
   IdempotencyStoreUnavailableError,
-  RequestInProgressError,
+  IdempotencyRequestInProgressError,
 } from '../../src/index.js';
 
 const terms = { key: 'Idempotency-Key', usedWith: 'request (method, path, query or body)' };
@@ -15,7 +15,7 @@ describe('HTTP profiles', () => {
   it('default: today’s answers, and Idempotent-Replay', () => {
     const policy = resolveHttpPolicy({});
     expect(policy.replayHeaderName).toBe('Idempotent-Replay');
-    expect(refusalAnswer(new RequestInProgressError(2, terms), policy.profile)).toEqual({
+    expect(refusalAnswer(new IdempotencyRequestInProgressError(2, terms), policy.profile)).toEqual({
       status: 409,
       body: {
         statusCode: 409,
@@ -68,7 +68,7 @@ describe('HTTP profiles', () => {
       headers: { 'content-type': 'application/problem+json', 'retry-after': '2' },
     });
     expect(JSON.parse(ietf.body.toString())).toMatchObject({ status: 503, code: 'idempotency_store_unavailable' });
-    const stripe = errorResponse(new RequestInProgressError(2, terms), profileOf({ profile: 'stripe' }));
+    const stripe = errorResponse(new IdempotencyRequestInProgressError(2, terms), profileOf({ profile: 'stripe' }));
     expect(stripe).toMatchObject({
       status: 409,
       headers: { 'content-type': 'application/json; charset=utf-8', 'stripe-should-retry': 'true', 'retry-after': '2' },
