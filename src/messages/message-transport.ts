@@ -3,7 +3,7 @@ import type { ModulesContainer, Reflector } from '@nestjs/core';
 import { type BaseRpcContext, RpcException, type Transport } from '@nestjs/microservices';
 import { PATTERN_HANDLER_METADATA, PATTERN_METADATA } from '@nestjs/microservices/constants.js';
 import { PatternHandler } from '@nestjs/microservices/enums/pattern-handler.enum.js';
-import { lastValueFrom, NEVER, Observable, of, throwError } from 'rxjs';
+import { lastValueFrom, Observable } from 'rxjs';
 import { resolveAccount } from '../transport-kit/account-resolution.js';
 import { jsonFingerprint } from '../transport-kit/json-fingerprint.js';
 import { runUnguarded } from '../protocol/current-run.js';
@@ -13,7 +13,6 @@ import {
   IdempotencyAccountUnresolvedError,
   IdempotencyKeyInvalidError,
   IdempotencyKeyRequiredError,
-  IdempotencyOutcomeWithheldError,
   IdempotencyShuttingDownError,
   type KeyTerms,
 } from '../protocol/idempotency.errors.js';
@@ -26,13 +25,14 @@ import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import { keyFault } from '../protocol/scope-values.js';
 import { describedValue } from '../protocol/described-value.js';
 import type { MessageDelivery } from './message-delivery.interface.js';
-import { finalError, type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
+import { type MessageOutcome, outcomeOf, storableError, storedOutcome } from './message-outcomes.js';
 import { type ResolvedConsumerOptions, keyNameOf } from './message-consumer-options.js';
 import { SettledOnce } from './settled-once.js';
 import { MessageSettlement } from './message-settlement.js';
 import { GivenBackAtShutdown, MessagesInHand } from './messages-in-hand.js';
 import { idempotentEventHandlersByPattern, patternKey } from './idempotent-message-handlers.js';
 import { drainBeforeServersClose } from './drain-before-server-close.js';
+import { type AnsweredMessage, MessageAnswers } from './message-answers.js';
 
 /** What a message transport knows of an idempotent handler once. */
 interface MessagePlan {
@@ -68,13 +68,6 @@ const MAX_HOLD_PAUSE_MS = 10_000;
  */
 const CONSUMER_DEFAULTS = { inFlight: 'wait', leaseSeconds: 15 } as const;
 
-/**
- * What an event's handler answers, whatever became of it: one value (nothing), then the end. Nest joins the answers of
- * a pattern's event handlers (`forkJoin`), which ends at the first that ends without a value, and `JetStreamServer`
- * settles a message no one settled when that join ends: before another handler of the message had settled its part.
- */
-const EVENT_HANDLED: Observable<unknown> = of(undefined);
-
 /** Messages claimed and run at once with a store that does not say its capacity. */
 const DEFAULT_CONCURRENCY = 10;
 
@@ -87,6 +80,7 @@ const DEFAULT_CONCURRENCY = 10;
  */
 export abstract class MessageTransport<Context extends BaseRpcContext> implements IdempotencyTransport<MessageCall> {
   protected readonly logger = new Logger('Idempotency');
+  private readonly answers = new MessageAnswers(this.logger);
   private readonly plans: HandlerPlans<MessagePlan>;
   /**
    * Each message's settlement among its handlers, whichever of `run`, `replay`, `refusal` or `letThrough` settles
@@ -221,13 +215,17 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   /** Serving the message failed unexpectedly: its turn ends, and it goes back to the broker, as after a failed run. */
   faulted(call: MessageCall, error: unknown): void {
     call.endTurn();
-    this.redeliverAfterFailure(call.plan, call.delivery, call.scope.endpoint, error);
+    this.answers.redelivered(
+      answeredAs(call.plan, call.delivery, call.scope.endpoint),
+      call.policy.retryAfterSeconds,
+      error,
+    );
   }
 
   /** A stored outcome: the message is done, and a waiting caller gets the same reply (or error) as the first. */
   replay({ plan, delivery, endTurn }: MessageCall, stored: StoredResponse): Observable<unknown> {
     endTurn();
-    return this.acknowledged(plan, delivery, outcomeOf(stored), plan.consumer, false);
+    return this.answers.acknowledged(answeredAs(plan, delivery, plan.consumer), outcomeOf(stored), false);
   }
 
   async run(call: MessageCall, attempt: IdempotencyAttempt, next: CallHandler): Promise<Observable<unknown>> {
@@ -243,7 +241,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     attempt: IdempotencyAttempt,
     next: CallHandler,
   ): Promise<Observable<unknown>> {
-    const { plan, delivery, scope } = call;
+    const { plan, policy, delivery, scope } = call;
     let ended = await this.handled(next, attempt);
     // An event's value reaches nobody: only that it ran is stored.
     if (ended.status === 'done' && !plan.request) ended = { status: 'done', value: undefined };
@@ -261,28 +259,9 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     const refused = await attempt.end({ response, failed: ended.status === 'failed', final: outcome !== undefined });
     // A refusal (the outcome could not be committed) goes to `refusal`, which settles the message.
     if (refused) throw refused;
-    if (!outcome) return this.redeliverAfterFailure(plan, delivery, scope.endpoint, (ended as FailedEnd).error);
-    return this.acknowledged(plan, delivery, outcome, scope.endpoint, true);
-  }
-
-  /**
-   * The message's outcome, stored (or replayed), answered and acknowledged: an event's at once; a request's once its
-   * reply is sent (each broker's delivery knows when that is), so that a crash between the two redelivers the request,
-   * whose record answers it again, rather than leave its caller without a reply.
-   */
-  private acknowledged(
-    plan: MessagePlan,
-    delivery: MessageDelivery,
-    outcome: MessageOutcome,
-    where: string,
-    firstTime: boolean,
-  ): Observable<unknown> {
-    if (!plan.request) {
-      delivery.ack();
-      return outcome.kind === 'error' && firstTime ? this.loggedFinalError(where, outcome.error) : EVENT_HANDLED;
-    }
-    delivery.ackAfterReply();
-    return outcome.kind === 'error' ? throwError(() => finalError(outcome.error)) : of(outcome.value);
+    const answered = answeredAs(plan, delivery, scope.endpoint);
+    if (!outcome) return this.answers.redelivered(answered, policy.retryAfterSeconds, (ended as FailedEnd).error);
+    return this.answers.acknowledged(answered, outcome, true);
   }
 
   /** An idempotent handler run without a key (`withoutKey: 'run'`): its message is settled as a guarded one's. */
@@ -293,44 +272,22 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return new Observable<unknown>((subscriber) => {
       void this.handled(next).then((ended) => {
         const outcome = this.finalOutcome(ended);
+        const answered = answeredAs(plan, delivery, plan.consumer);
         const answer = outcome
-          ? this.acknowledged(plan, delivery, outcome, plan.consumer, true)
-          : this.redeliverAfterFailure(plan, delivery, plan.consumer, (ended as FailedEnd).error);
+          ? this.answers.acknowledged(answered, outcome, true)
+          : this.answers.redelivered(answered, plan.policy.retryAfterSeconds, (ended as FailedEnd).error);
         answer.subscribe(subscriber);
       });
     });
   }
 
-  /**
-   * A refusal settles the message: one that may succeed later (in progress, the store unavailable, shutting down)
-   * is given back, once the consumer has held it for `holdSeconds` (or at once, when shutdown's drain is over), to be
-   * redelivered after `retryAfterSeconds`, doubled at each delivery; one that never will (a key reused with another
-   * payload, no key, an invalid key) is rejected, so that the broker dead-letters it; one whose work was done (its
-   * outcome withheld) is acknowledged, since a redelivery gets the same refusal. A request's caller gets the latter
-   * two as an `RpcException` (`{ code, message }`), and keeps waiting through the former, for the reply of the
-   * delivery that runs.
-   */
+  /** A refusal settles the message as `MessageAnswers.refused` says, and answers its handler. */
   refusal(error: IdempotencyError, call: MessageCall | undefined, context: ExecutionContext): unknown {
     call?.endTurn();
     const plan = call?.plan ?? this.plans.planFor(context);
     const delivery = call?.delivery ?? this.deliveryFor(context, plan?.consumer ?? '');
-    const request = plan?.request ?? false;
     const where = call?.scope.endpoint ?? `${this.name} ${this.patternOf(context.switchToRpc().getContext())}`;
-    if (error.retryAfterSeconds !== undefined) {
-      delivery.retryLater(
-        error.code === 'idempotency_shutting_down' ? 0 : redeliveryDelayMs(error.retryAfterSeconds, delivery),
-      );
-      return request ? NEVER : EVENT_HANDLED;
-    }
-    const answer = request ? new RpcException({ code: error.code, message: error.message }) : EVENT_HANDLED;
-    if (error instanceof IdempotencyOutcomeWithheldError) {
-      if (request) delivery.ackAfterReply();
-      else delivery.ack();
-      return answer;
-    }
-    this.logger.warn(`A message to ${where} was rejected (${error.code}): ${error.message}`);
-    delivery.reject();
-    return answer;
+    return this.answers.refused({ request: plan?.request ?? false, delivery, where }, error);
   }
 
   /**
@@ -392,35 +349,6 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return this.options.isFinalError(ended.error) ? { kind: 'error', error: storableError(ended.error) } : undefined;
   }
 
-  /** An event's final error, stored and its message acknowledged: logged, once. */
-  private loggedFinalError(where: string, stored: unknown): Observable<unknown> {
-    this.logger.warn(
-      `The handler of a message to ${where} failed for good (its error is final): the message is acknowledged, and ` +
-        `its redeliveries are too, without running it: ${JSON.stringify(stored)}`,
-    );
-    return EVENT_HANDLED;
-  }
-
-  /**
-   * A handler that failed, not for good: its claim is released, and its message redelivered after `retryAfterSeconds`
-   * (counting toward the broker's delivery limit). A request's caller keeps waiting for the reply of the delivery
-   * that succeeds.
-   */
-  private redeliverAfterFailure(
-    { policy, request }: MessagePlan,
-    delivery: MessageDelivery,
-    where: string,
-    error: unknown,
-  ): Observable<unknown> {
-    const delayMs = redeliveryDelayMs(policy.retryAfterSeconds, delivery);
-    this.logger.warn(
-      `The handler of a message to ${where} failed; it goes back to the broker, to be redelivered in ` +
-        `${delayMs / 1000} s (a delivery of its limit): ${error}`,
-    );
-    delivery.retryLater(delayMs);
-    return request ? NEVER : EVENT_HANDLED;
-  }
-
   /** Handlers of a message expected to settle it that never ran (a guard refused them), warned of once each. */
   private warnAbsentHandlers(absent: string[]): void {
     const unwarned = absent.filter((consumer) => !this.warnedAbsent.has(consumer));
@@ -442,18 +370,10 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   }
 }
 
-/** The longest a message is given back for: past it, the broker's delivery limit bounds the retries alone. */
-const MAX_REDELIVERY_DELAY_MS = 60_000;
-
-/**
- * How long a message given back waits before its redelivery: `retryAfterSeconds`, doubled at each delivery of the
- * message (up to a minute). Each give-back counts toward the queue's delivery limit, whoever is at fault: doubling
- * makes a limit of 5 ride out a store outage (a failover) or a dead consumer's claim of half a minute, not 10 s.
- */
-export function redeliveryDelayMs(retryAfterSeconds: number, delivery: Pick<MessageDelivery, 'deliveries'>): number {
-  const doublings = Math.min(Math.max(delivery.deliveries - 1, 0), 16);
-  return Math.min(retryAfterSeconds * 1000 * 2 ** doublings, MAX_REDELIVERY_DELAY_MS);
-}
-
 type FailedEnd = { status: 'failed'; error: unknown };
 type HandlerEnd = { status: 'done'; value: unknown } | FailedEnd;
+
+/** A handler's view of its message, as `MessageAnswers` settles and answers it. */
+function answeredAs(plan: MessagePlan, delivery: MessageDelivery, where: string): AnsweredMessage {
+  return { request: plan.request, delivery, where };
+}

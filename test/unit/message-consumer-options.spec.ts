@@ -16,7 +16,7 @@ import {
   IdempotencyStoreUnavailableError,
 } from '../../src/protocol/idempotency.errors.js';
 import { outcomeOf, storableError, storedOutcome } from '../../src/messages/message-outcomes.js';
-import { redeliveryDelayMs } from '../../src/messages/message-transport.js';
+import { redeliveryDelayMs } from '../../src/messages/message-answers.js';
 
 describe('message consumer options', () => {
   it('fill in the broker key, rejection of keyless messages, and RpcException as the final error', () => {
