@@ -1,10 +1,11 @@
-import { type ConfigurableModuleAsyncOptions, type DynamicModule, Module } from '@nestjs/common';
+import { type ConfigurableModuleAsyncOptions, type DynamicModule, Logger, Module } from '@nestjs/common';
 import { APP_INTERCEPTOR, ModulesContainer } from '@nestjs/core';
 import { HTTP_TRANSPORT_PROVIDERS } from './http/http-registration.js';
 import { IdempotencyContext } from './protocol/idempotency-context.js';
 import { IdempotencyInterceptor } from './protocol/idempotency.interceptor.js';
 import { IdempotencyTransports } from './protocol/idempotency-transports.js';
-import { IDEMPOTENCY_MODULE_OPTIONS } from './protocol/idempotency.tokens.js';
+import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './protocol/idempotency.tokens.js';
+import type { IdempotencyStore } from './protocol/idempotency-store.interface.js';
 import { ConfigurableIdempotencyModule, type IdempotencyModuleExtras } from './idempotency.module-definition.js';
 import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
@@ -13,6 +14,20 @@ import { IdempotencyLifecycle } from './protocol/idempotency-lifecycle.js';
 
 /** Marks the check below as done; nothing injects it, and Nest creates every provider at start-up. */
 const ONE_MODULE_CHECKED = Symbol('ONE_MODULE_CHECKED');
+/** Marks the warning below as given, once per application, as the check above. */
+const PROCESS_LOCAL_WARNED = Symbol('PROCESS_LOCAL_WARNED');
+
+/** A store of this process's memory serves one instance: warned at start-up, naming the store to use instead. */
+function warnIfProcessLocal(store: IdempotencyStore): boolean {
+  if (!store.processLocal) return false;
+  new Logger('Idempotency').warn(
+    "IdempotencyModule keeps its records in this process's memory: they are not shared with the application's " +
+      'other instances nor kept across a restart, so a retry that reaches another instance (or this one after a ' +
+      'restart) runs again. Use it for tests and single-process tools; in production, a shared store ' +
+      "(IdempotencyPostgresModule from 'nest-idempotency/postgres').",
+  );
+  return true;
+}
 
 /**
  * Each copy of the module registers its interceptor app-wide: with two, a request is claimed twice, and the inner
@@ -47,6 +62,7 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
     ...HTTP_TRANSPORT_PROVIDERS,
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: ONE_MODULE_CHECKED, inject: [ModulesContainer], useFactory: refuseMoreThanOne },
+    { provide: PROCESS_LOCAL_WARNED, inject: [IDEMPOTENCY_STORE], useFactory: warnIfProcessLocal },
   ],
   // The transports of other rooms' modules register in `IdempotencyTransports`, and read the module's options.
   exports: [IdempotencyService, IdempotencyContext, IdempotencyTransports, IDEMPOTENCY_MODULE_OPTIONS],

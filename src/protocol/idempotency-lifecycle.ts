@@ -26,14 +26,6 @@ export class IdempotencyLifecycle implements OnModuleInit, BeforeApplicationShut
   }
 
   async onModuleInit(): Promise<void> {
-    if (this.store.processLocal) {
-      this.logger.warn(
-        "IdempotencyModule keeps its records in this process's memory: they are not shared with the application's " +
-          'other instances nor kept across a restart, so a retry that reaches another instance (or this one after a ' +
-          'restart) runs again. Use it for tests and single-process tools; in production, a shared store ' +
-          "(IdempotencyPostgresModule from 'nest-idempotency/postgres').",
-      );
-    }
     await this.checkStoreSchema();
     this.schedulePurge();
   }
