@@ -269,6 +269,21 @@ describe('GraphQL mutations', () => {
     });
   });
 
+  describe("a module-wide isFinalStatus that releases a 404 (HTTP's option, which GraphQL's HttpExceptions follow)", () => {
+    const notFoundReleased = (status: number) => status < 500 && status !== 404;
+    const app = useTestApp(() =>
+      graphqlApp(db, false, { keyArgument: 'idempotencyKey' }, { isFinalStatus: notFoundReleased }),
+    );
+
+    it("releases the resolver's NotFoundException rather than store it, and stores a value", async () => {
+      const missing = await send(app, CREATE, { amount: 1, key: 'released-404', mode: 'missing' });
+      expect(missing.errors?.[0].message).toBe('no such customer');
+      expect(await statusOf(db, 'released-404')).toBeUndefined();
+      await send(app, CREATE, { amount: 2, key: 'stored-value' });
+      expect(await statusOf(db, 'stored-value')).toBe('completed');
+    });
+  });
+
   describe('@Idempotent() on a resolver method the module never claims', () => {
     @ObjectType()
     class Account {

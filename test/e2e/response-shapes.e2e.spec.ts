@@ -109,6 +109,13 @@ class ShapesController {
     return { run };
   }
 
+  /** Asks the client to try again, on a route whose own rule keeps that answer as its outcome. */
+  @Post('kept-try-again')
+  @Idempotent({ isFinalStatus: (status) => status < 500 })
+  keptTryAgain() {
+    throw new HttpException({ reason: 'try again', run: this.run('kept-try-again') }, 429);
+  }
+
   @Post('crash')
   crash() {
     throw new Error(`unexpected failure, run ${this.run('crash')}`);
@@ -257,6 +264,15 @@ describe.each(PLATFORMS)('on %s', (platform) => {
       expect(replay.headers['set-cookie']).toBeUndefined();
       expect(replay.text).toBe(first.text);
       expect(controller.runsOf('passthrough')).toBe(1);
+    });
+
+    it("a route's own isFinalStatus decides: a 429 it keeps is stored and replayed, never run again", async () => {
+      const key = randomUUID();
+      const first = await send('post', 'kept-try-again', key).expect(429);
+      const replay = await send('post', 'kept-try-again', key).expect(429);
+      expect(replay.headers['idempotent-replayed']).toBe('true');
+      expect(replay.body).toEqual(first.body);
+      expect(controller.runsOf('kept-try-again')).toBe(1);
     });
 
     it('a thrown HttpException (410) is a final outcome: replayed with its body', async () => {
