@@ -114,8 +114,8 @@ export class AttemptLifecycle implements AttemptEnding {
   /**
    * Ends the attempt. A final outcome is stored for replay; anything else releases the claim so that a retry runs
    * again. On a transactional route, a final outcome commits with the handler's writes, and anything else rolls them
-   * back. Returns the error the caller must get instead of the outcome when it could not be committed (or the end
-   * itself failed, a fault answered as the store's); `undefined` otherwise.
+   * back. Returns the error the caller must get instead of the outcome when it could not be committed (or the end of
+   * a transactional attempt itself failed, a fault answered as the store's); `undefined` otherwise.
    */
   async finish(
     run: IdempotencyRun,
@@ -135,7 +135,14 @@ export class AttemptLifecycle implements AttemptEnding {
         return refusal;
       });
     } catch (error) {
+      // Outside a transaction the work stands, and its caller gets its outcome, as when a finalize fails (the key
+      // stays in progress until its lease lapses). A transaction not yet committed is cut (rolled back) and the claim
+      // released, fenced (a completed record stays), so that the caller is refused as for any fault of the store.
       this.logger.error(`Ending the claim of ${describeScope(run.scope)} failed: ${error}`);
+      if (!run.transaction) return undefined;
+      await this.claims.cut(run.transaction, policy);
+      await this.claims.release(run.claim, policy);
+      this.telemetry.count('store_unavailable', this.telemetry.attributesOf(run.claim));
       return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
     } finally {
       this.attempts.ended(run);

@@ -17,8 +17,8 @@ export interface AttemptEnding {
 /**
  * One attempt of a call under its claim, handed out by `IdempotencyService.begin()` when the call is to run: every
  * transport runs the work within it and ends it once, the same way. Its end stores the outcome the transport says is
- * final or releases the claim, and answers what the caller must get instead when that could not be done (a fault of
- * the store is `idempotency_store_unavailable`, whatever the transport).
+ * final or releases the claim, and answers what the caller must get instead when that could not be done (a commit
+ * that failed is `idempotency_store_unavailable`, whatever the transport).
  */
 export class IdempotencyAttempt {
   private ending?: Promise<IdempotencyError | undefined>;

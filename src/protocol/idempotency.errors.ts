@@ -16,7 +16,7 @@ export type IdempotencyErrorCode =
 /**
  * A refusal of the module: a stable `code`, a human message, and, when retrying later may succeed, how long to wait.
  * Protocol-neutral: each edge renders it (HTTP: a status, JSON `{ statusCode, error, message }` and `Retry-After`, see
- * `src/http/http-answers.ts`); `IdempotencyService.execute()` throws it as it is.
+ * `src/http/answers/http-answers.ts`); `IdempotencyService.execute()` throws it as it is.
  */
 export class IdempotencyError extends Error {
   constructor(

@@ -11,7 +11,7 @@ import type { HttpRequest } from '../platforms/http-platform.js';
 import type { OnceLog } from '../../protocol/once-log.js';
 
 // Reading an idempotent HTTP request: its account, its endpoint and what its fingerprint is computed from (its key:
-// protocol/key-header.ts, which GraphQL reads too).
+// transport-kit/key-header.ts, which GraphQL reads too).
 
 /** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */
 const RAW_BODY_MEDIA_TYPES: ReadonlySet<string> = new Set(['application/json', 'application/x-www-form-urlencoded']);
