@@ -8,7 +8,7 @@ import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyModule } from '../src/index.js';
 import { IdempotencyPostgresModule, PostgresIdempotencyContext } from '../src/postgres/index.js';
-import { IdempotencyRabbitMqModule } from '../src/rabbitmq/index.js';
+import { IdempotencyRabbitMQModule } from '../src/rabbitmq/index.js';
 import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
 
 /**
@@ -175,7 +175,7 @@ class BenchConsumer {
   imports: [
     benchDatabase(),
     IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), accountResolver: () => 'bench' }),
-    IdempotencyRabbitMqModule.forRoot(),
+    IdempotencyRabbitMQModule.forRoot(),
   ],
   controllers: [BenchConsumer],
 })

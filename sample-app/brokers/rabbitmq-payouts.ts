@@ -2,7 +2,7 @@ import { type INestApplication, Module } from '@nestjs/common';
 import { APP_GUARD } from '@nestjs/core';
 import { type MicroserviceOptions, Transport } from '@nestjs/microservices';
 import amqp from 'amqplib';
-import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
+import { IdempotencyRabbitMQModule } from '../../src/rabbitmq/index.js';
 import type { SampleConfig } from '../sample-config.js';
 import type { PayoutBroker } from './payout-broker.js';
 import { RabbitMqDeliveryWatch } from './rabbitmq-delivery-watch.guard.js';
@@ -41,7 +41,7 @@ export function rabbitMqPayouts(
   return {
     module: {
       module: RabbitMqPayoutsModule,
-      imports: [IdempotencyRabbitMqModule.forRoot()],
+      imports: [IdempotencyRabbitMQModule.forRoot()],
       providers: [{ provide: APP_GUARD, useValue: new RabbitMqDeliveryWatch(config) }],
     },
     async connect(app: INestApplication) {

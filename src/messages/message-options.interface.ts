@@ -6,7 +6,7 @@
 export type MessageKeySource<Context = unknown> =
   { property: string } | { header: string } | ((payload: unknown, context: Context) => string | undefined);
 
-/** Options of a message consumer transport (`IdempotencyRabbitMqModule.forRoot()`, `IdempotencyJetStreamModule`). */
+/** Options of a message consumer transport (`IdempotencyRabbitMQModule.forRoot()`, `IdempotencyJetStreamModule`). */
 export interface MessageConsumerOptions<Context = unknown> {
   /** Where a message's key is. Default: the broker's message id (RabbitMQ: `{ property: 'messageId' }`). */
   key?: MessageKeySource<Context>;

@@ -3,7 +3,7 @@ import type { IdempotencyTransport } from './idempotency-transport.interface.js'
 
 /**
  * The transports the module serves, one per kind of call. Each registers itself as Nest creates it: HTTP's with
- * `IdempotencyModule`, the others with their room's module (`IdempotencyRabbitMqModule`, `IdempotencyGraphQLModule`,
+ * `IdempotencyModule`, the others with their room's module (`IdempotencyRabbitMQModule`, `IdempotencyGraphQLModule`,
  * ...), which an application imports beside it; the module is global, so they find this without importing it.
  */
 @Injectable()

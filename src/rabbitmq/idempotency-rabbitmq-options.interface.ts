@@ -2,7 +2,7 @@ import type { RmqContext } from '@nestjs/microservices';
 import type { MessageConsumerOptions } from '../messages/message-options.interface.js';
 
 /**
- * Options of `IdempotencyRabbitMqModule.forRoot()`: where a message's key is (default: its AMQP `messageId`
+ * Options of `IdempotencyRabbitMQModule.forRoot()`: where a message's key is (default: its AMQP `messageId`
  * property, `{ property: 'messageId' }`), what a message without one gets, and which handler errors are final.
  */
-export type IdempotencyRabbitMqOptions = MessageConsumerOptions<RmqContext>;
+export type IdempotencyRabbitMQOptions = MessageConsumerOptions<RmqContext>;

@@ -1,7 +1,7 @@
 import { ConfigurableModuleBuilder } from '@nestjs/common';
-import type { IdempotencyRabbitMqOptions } from './idempotency-rabbitmq-options.interface.js';
+import type { IdempotencyRabbitMQOptions } from './idempotency-rabbitmq-options.interface.js';
 
 export const {
-  ConfigurableModuleClass: ConfigurableIdempotencyRabbitMqModule,
+  ConfigurableModuleClass: ConfigurableIdempotencyRabbitMQModule,
   MODULE_OPTIONS_TOKEN: RABBITMQ_OPTIONS,
-} = new ConfigurableModuleBuilder<IdempotencyRabbitMqOptions>().setClassMethodName('forRoot').build();
+} = new ConfigurableModuleBuilder<IdempotencyRabbitMQOptions>().setClassMethodName('forRoot').build();

@@ -44,7 +44,7 @@ function consumerOf(channel: AmqpChannel, consumerTag: string): MessageConsumer 
  * the delay before it is kept here, on an unreferenced timer: RabbitMQ has no delayed requeue, and a process that
  * exits meanwhile leaves the message unacknowledged, which the broker redelivers all the same.
  */
-export class RabbitMqDelivery implements MessageDelivery {
+export class RabbitMQDelivery implements MessageDelivery {
   private readonly message: AmqpMessage;
   private readonly channel: AmqpChannel;
 

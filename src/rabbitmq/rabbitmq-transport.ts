@@ -7,20 +7,20 @@ import { IdempotencyService } from '../protocol/idempotency.service.js';
 import { IdempotencyTransports } from '../protocol/idempotency-transports.js';
 import { resolveConsumerOptions } from '../messages/message-consumer-options.js';
 import { MessageTransport } from '../messages/message-transport.js';
-import type { IdempotencyRabbitMqOptions } from './idempotency-rabbitmq-options.interface.js';
+import type { IdempotencyRabbitMQOptions } from './idempotency-rabbitmq-options.interface.js';
 import { RABBITMQ_OPTIONS } from './idempotency-rabbitmq.module-definition.js';
-import { RabbitMqDelivery } from './rabbitmq-delivery.js';
+import { RabbitMQDelivery } from './rabbitmq-delivery.js';
 import { warnUnboundedPrefetch } from './unbounded-prefetch.js';
 
 /** Messages of Nest's RabbitMQ server (`RmqContext`): scoped as `rabbitmq <pattern> <Consumer.method>`. */
 @Injectable()
-export class RabbitMqTransport extends MessageTransport<RmqContext> {
+export class RabbitMQTransport extends MessageTransport<RmqContext> {
   constructor(
     reflector: Reflector,
     modules: ModulesContainer,
     idempotency: IdempotencyService,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) moduleOptions: ProtocolModuleOptions,
-    @Inject(RABBITMQ_OPTIONS) options: IdempotencyRabbitMqOptions,
+    @Inject(RABBITMQ_OPTIONS) options: IdempotencyRabbitMQOptions,
     transports: IdempotencyTransports,
   ) {
     super(
@@ -41,7 +41,7 @@ export class RabbitMqTransport extends MessageTransport<RmqContext> {
     return context.getPattern();
   }
 
-  protected deliveryOf(context: RmqContext): RabbitMqDelivery {
-    return new RabbitMqDelivery(context);
+  protected deliveryOf(context: RmqContext): RabbitMQDelivery {
+    return new RabbitMQDelivery(context);
   }
 }

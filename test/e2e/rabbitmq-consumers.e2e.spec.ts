@@ -1,7 +1,7 @@
 import { Controller, type Type } from '@nestjs/common';
 import { EventPattern, type MicroserviceOptions, Payload, RpcException, Transport } from '@nestjs/microservices';
 import { Idempotent } from '../../src/index.js';
-import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
+import { IdempotencyRabbitMQModule } from '../../src/rabbitmq/index.js';
 import type { TestConsumer } from '../support/consumer-app.js';
 import { Gate } from '../support/gate.js';
 import {
@@ -317,7 +317,7 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
         pool: { max: 3 },
         idempotency: { singleTenant: true },
         controllers,
-        imports: [IdempotencyRabbitMqModule.forRoot()],
+        imports: [IdempotencyRabbitMQModule.forRoot()],
         listen: false,
         configure: async (app) => {
           app.connectMicroservice<MicroserviceOptions>(

@@ -12,7 +12,7 @@ import {
   IdempotencyPostgresModule,
   PostgresIdempotencyContext,
 } from '../../src/postgres/index.js';
-import { IdempotencyRabbitMqModule } from '../../src/rabbitmq/index.js';
+import { IdempotencyRabbitMQModule } from '../../src/rabbitmq/index.js';
 
 /**
  * A consumer application in a process of its own, built as the docs show (docs/rabbitmq.md, docs/jetstream.md), for
@@ -45,7 +45,7 @@ class WorkConsumer {
 }
 
 const brokerModule =
-  env.BROKER === 'jetstream' ? IdempotencyJetStreamModule.forRoot() : IdempotencyRabbitMqModule.forRoot();
+  env.BROKER === 'jetstream' ? IdempotencyJetStreamModule.forRoot() : IdempotencyRabbitMQModule.forRoot();
 
 @Module({
   imports: [

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { ClientRMQ, RmqRecordBuilder, ServerRMQ } from '@nestjs/microservices';
 import amqp from 'amqplib';
 import { firstValueFrom } from 'rxjs';
-import { IdempotencyRabbitMqModule, type IdempotencyRabbitMqOptions } from '../../src/rabbitmq/index.js';
+import { IdempotencyRabbitMQModule, type IdempotencyRabbitMQOptions } from '../../src/rabbitmq/index.js';
 import { startConsumerApp, type TestConsumer } from './consumer-app.js';
 import type { TestModuleOptions } from './test-app.js';
 import { madeBeforeAll } from './made-before-all.js';
@@ -101,11 +101,11 @@ export function useTestQueue(deliveryLimit = 5): TestQueue {
   );
 }
 
-/** A consumer of `queue`: the test module of `options` with `IdempotencyRabbitMqModule`, on Nest's RabbitMQ server. */
+/** A consumer of `queue`: the test module of `options` with `IdempotencyRabbitMQModule`, on Nest's RabbitMQ server. */
 export function startRabbitMqConsumer(
   options: TestModuleOptions,
   queue: TestQueue,
-  consumerOptions: IdempotencyRabbitMqOptions & { prefetchCount?: number } = {},
+  consumerOptions: IdempotencyRabbitMQOptions & { prefetchCount?: number } = {},
 ): Promise<TestConsumer> {
   const { prefetchCount = 10, ...transportOptions } = consumerOptions;
   const server = new ServerRMQ({
@@ -115,7 +115,7 @@ export function startRabbitMqConsumer(
     noAck: false,
     prefetchCount,
   });
-  return startConsumerApp(options, IdempotencyRabbitMqModule.forRoot(transportOptions), server);
+  return startConsumerApp(options, IdempotencyRabbitMQModule.forRoot(transportOptions), server);
 }
 
 /** `startRabbitMqConsumer` for the block's tests: started in a `beforeAll` (`options` read then), closed after them. */

@@ -2,7 +2,7 @@ import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyModule } from 'nest-idempotency';
 import { IdempotencyMigrations, IdempotencyPostgresModule } from 'nest-idempotency/postgres';
-import { IdempotencyRabbitMqModule } from 'nest-idempotency/rabbitmq';
+import { IdempotencyRabbitMQModule } from 'nest-idempotency/rabbitmq';
 import type { PayoutRequest } from './payouts.consumer.js';
 import { Payout } from './payout.entity.js';
 import { PayoutsConsumer } from './payouts.consumer.js';
@@ -28,7 +28,7 @@ import { PayoutsConsumer } from './payouts.consumer.js';
       transactional: true,
     }),
     // Keys are the messages' AMQP messageId (the default).
-    IdempotencyRabbitMqModule.forRoot(),
+    IdempotencyRabbitMQModule.forRoot(),
   ],
   controllers: [PayoutsConsumer],
 })
