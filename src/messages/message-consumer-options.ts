@@ -3,6 +3,7 @@ import { RpcException } from '@nestjs/microservices';
 import { callable, nonEmptyString, oneOf, positive, positiveInteger } from '../protocol/option-checks.js';
 import { describedValue } from '../protocol/described-value.js';
 import { IdempotencyOutcomeWithheldError } from '../protocol/idempotency.errors.js';
+import { TRY_AGAIN_STATUSES } from '../transport-kit/final-statuses.js';
 import type { MessageConsumerOptions, MessageKeySource } from './message-options.interface.js';
 
 /** A consumer transport's options, checked, with their defaults. */
@@ -14,9 +15,6 @@ export interface ResolvedConsumerOptions<Context> {
   /** `undefined`: the store's capacity. */
   concurrency: number | undefined;
 }
-
-/** Statuses of an `HttpException` that say "later", which a redelivery may get past. */
-const TRY_AGAIN_STATUSES: ReadonlySet<number> = new Set([408, 425, 429]);
 
 /**
  * The outcomes of a message that its redelivery would only repeat: an `RpcException` (how a handler answers its caller

@@ -1,14 +1,17 @@
 import { callable } from '../protocol/option-checks.js';
 
 /**
- * Statuses below 500 that are not outcomes: a malformed request (400), and answers that ask the client to try
- * again (408 Request Timeout, 425 Too Early, 429 Too Many Requests), which a stored copy would repeat forever.
+ * Answers that ask the caller to try again (408 Request Timeout, 425 Too Early, 429 Too Many Requests): never an
+ * outcome, on any transport, since a stored copy would repeat them forever.
  */
-const RELEASED_CLIENT_STATUSES: ReadonlySet<number> = new Set([400, 408, 425, 429]);
+export const TRY_AGAIN_STATUSES: ReadonlySet<number> = new Set([408, 425, 429]);
 
-/** The default final outcomes: everything below 500 but a malformed request and the "try again" answers. */
+/**
+ * The default final outcomes of HTTP: everything below 500 but the "try again" answers and a malformed request
+ * (400), which a client corrects and sends again under the same key.
+ */
 export function isFinalStatusByDefault(status: number): boolean {
-  return status < 500 && !RELEASED_CLIENT_STATUSES.has(status);
+  return status < 500 && status !== 400 && !TRY_AGAIN_STATUSES.has(status);
 }
 
 /** The option of the transports whose outcomes have an HTTP status (HTTP's routes, GraphQL's `HttpException`s). */

@@ -1,28 +1,13 @@
 import { randomUUID } from 'node:crypto';
-import { PLATFORMS, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
+import {
+  type BurstAnswer,
+  chargeBurst,
+  PLATFORMS,
+  type RunningApp,
+  spawnSampleApp,
+  startSampleApp,
+} from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-
-const body = JSON.stringify({ amount: 500, currency: 'eur' });
-
-/** Sends `count` requests at once with one key, each over its own connection, spread over `urls`. */
-async function burst(urls: string[], count: number, key: string, apiKey: string) {
-  return Promise.all(
-    Array.from({ length: count }, async (_, i) => {
-      const response = await fetch(`${urls[i % urls.length]}/v1/charges`, {
-        method: 'POST',
-        headers: {
-          'Content-Type': 'application/json',
-          'X-API-Key': apiKey,
-          'Idempotency-Key': key,
-          Connection: 'close',
-        },
-        body,
-      });
-      const json = (await response.json()) as { id?: string; error?: string };
-      return { status: response.status, replay: response.headers.get('idempotent-replay'), body: json };
-    }),
-  );
-}
 
 let db: TestDatabase;
 
@@ -32,7 +17,7 @@ beforeAll(async () => {
 
 afterAll(() => db?.drop());
 
-async function expectExactlyOneCharge(results: Awaited<ReturnType<typeof burst>>, apiKey: string) {
+async function expectExactlyOneCharge(results: BurstAnswer[], apiKey: string) {
   const statuses = results.map((result) => result.status);
   expect(statuses.filter((status) => status >= 500)).toEqual([]);
   expect(statuses.every((status) => status === 201 || status === 409)).toBe(true);
@@ -62,7 +47,7 @@ describe.each(PLATFORMS)("concurrent attempts with one key (the seed's third tes
     '%i concurrent requests make exactly one charge; the others are 201 replays or 409s',
     async (count) => {
       const apiKey = `sk_test_burst_${count}_${platform}`;
-      const results = await burst([app.url], count, randomUUID(), apiKey);
+      const results = await chargeBurst([app.url], Array<string>(count).fill(randomUUID()), apiKey);
       await expectExactlyOneCharge(results, apiKey);
     },
   );
@@ -79,12 +64,8 @@ describe.each(PLATFORMS)('concurrent attempts with one key on two instances, on 
     const env = { DATABASE_URL: db.url, DATABASE_POOL_SIZE: '10', PROVIDER_DELAY_MS: '50', SAMPLE_PLATFORM: platform };
     instances = await Promise.all([spawnSampleApp(env), spawnSampleApp(env)]);
     const apiKey = `sk_test_two_instances_${platform}`;
-    const results = await burst(
-      instances.map((instance) => instance.url),
-      64,
-      randomUUID(),
-      apiKey,
-    );
+    const urls = instances.map((instance) => instance.url);
+    const results = await chargeBurst(urls, Array<string>(64).fill(randomUUID()), apiKey);
     await expectExactlyOneCharge(results, apiKey);
   });
 });

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { SAMPLE_MIGRATIONS } from '../../sample-app/app.module.js';
 import { describeThroughPgBouncer, throughPgBouncer } from '../support/pgbouncer.js';
-import { type SpawnedApp, spawnSampleApp } from '../support/sample-app.js';
+import { chargeBurst, type SpawnedApp, spawnSampleApp } from '../support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 /**
@@ -14,7 +14,6 @@ import { createTestDatabase, type TestDatabase } from '../support/test-database.
 const POOLED_APPLICATION = 'sample_app_pooled';
 /** PgBouncer's `default_pool_size`, as `scripts/start-pgbouncer.sh` sets it. */
 const PGBOUNCER_POOL_SIZE = Number(process.env.PGBOUNCER_POOL_SIZE ?? 4);
-const body = JSON.stringify({ amount: 700, currency: 'eur' });
 
 let db: TestDatabase | undefined;
 
@@ -27,26 +26,6 @@ function pooledEnv(database: TestDatabase, extra: Record<string, string>): Recor
   const pooled = new URL(throughPgBouncer(database.url));
   pooled.searchParams.set('application_name', POOLED_APPLICATION);
   return { DATABASE_URL: pooled.toString(), ...extra };
-}
-
-/** Sends one charge per key, all at once, each over its own connection, spread over `urls`. */
-async function burst(urls: string[], keys: string[], apiKey: string) {
-  return Promise.all(
-    keys.map(async (key, i) => {
-      const response = await fetch(`${urls[i % urls.length]}/v1/charges`, {
-        method: 'POST',
-        headers: {
-          'Content-Type': 'application/json',
-          'X-API-Key': apiKey,
-          'Idempotency-Key': key,
-          Connection: 'close',
-        },
-        body,
-      });
-      const json = (await response.json()) as { id?: string };
-      return { status: response.status, replay: response.headers.get('idempotent-replay'), id: json.id };
-    }),
-  );
 }
 
 describeThroughPgBouncer('the sample app behind PgBouncer in transaction mode', () => {
@@ -91,10 +70,11 @@ describeThroughPgBouncer('the sample app behind PgBouncer in transaction mode', 
     const distinctKeys = Array.from({ length: 32 }, () => randomUUID());
     const sharedKey = randomUUID();
     const keys = [...distinctKeys, ...Array.from({ length: 16 }, () => sharedKey)];
-    const results = await burst(
+    const results = await chargeBurst(
       instances.map((instance) => instance.url),
       keys,
       apiKey,
+      { amount: 700, currency: 'eur' },
     );
 
     expect(results.map((result) => result.status)).toEqual(keys.map(() => 201));
@@ -103,12 +83,12 @@ describeThroughPgBouncer('the sample app behind PgBouncer in transaction mode', 
     expect(distinct.every((result) => result.replay === null)).toBe(true);
     // One attempt ran; the others waited for its outcome and got it replayed.
     expect(shared.filter((result) => result.replay === null)).toHaveLength(1);
-    expect(new Set(shared.map((result) => result.id))).toEqual(new Set([shared[0].id]));
+    expect(new Set(shared.map((result) => result.body.id))).toEqual(new Set([shared[0].body.id]));
 
     const database = db as TestDatabase;
     const charges = await database.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [apiKey]);
     expect(charges.map((charge) => charge.id).sort()).toEqual(
-      [...distinct.map((result) => result.id), shared[0].id].sort(),
+      [...distinct.map((result) => result.body.id), shared[0].body.id].sort(),
     );
     const providerCharges = await database.query('SELECT id FROM provider_charges WHERE account = $1', [apiKey]);
     expect(providerCharges).toHaveLength(distinctKeys.length + 1);

@@ -112,3 +112,39 @@ export function post(url: string, path: string, body: object | string, key?: str
 
 export const postCharge = (url: string, body: object | string, key?: string, apiKey = ALICE) =>
   post(url, '/v1/charges', body, key, apiKey);
+
+/** What one charge of a burst got: its status, its replay header, and its body. */
+export interface BurstAnswer {
+  status: number;
+  replay: string | null;
+  body: { id?: string; error?: string };
+}
+
+/**
+ * Sends one charge of `charge` per key of `keys` (a key may repeat), all at once as `apiKey`, each over its own
+ * connection (not a pooled one, which would queue them), spread over `urls` in turn.
+ */
+export function chargeBurst(
+  urls: string[],
+  keys: string[],
+  apiKey: string,
+  charge: object = { amount: 500, currency: 'eur' },
+): Promise<BurstAnswer[]> {
+  const body = JSON.stringify(charge);
+  return Promise.all(
+    keys.map(async (key, i) => {
+      const response = await fetch(`${urls[i % urls.length]}/v1/charges`, {
+        method: 'POST',
+        headers: {
+          'Content-Type': 'application/json',
+          'X-API-Key': apiKey,
+          'Idempotency-Key': key,
+          Connection: 'close',
+        },
+        body,
+      });
+      const answer = (await response.json()) as BurstAnswer['body'];
+      return { status: response.status, replay: response.headers.get('idempotent-replay'), body: answer };
+    }),
+  );
+}
