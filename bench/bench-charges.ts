@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import type { EntityManager, MigrationInterface, QueryRunner } from 'typeorm';
-import { IdempotencyMigrations } from '../src/postgres/index.js';
+import { idempotencyMigrations } from '../src/postgres/index.js';
 
 /** The charges table of the bench apps (ours in `bench-app.ts`, the peer's in `peer-app.ts`): one table, one insert. */
 export class CreateBenchCharges1764633600002 implements MigrationInterface {
@@ -40,7 +40,7 @@ export function benchDatabase() {
     useFactory: () => ({
       type: 'postgres' as const,
       url: process.env.DATABASE_URL,
-      migrations: [...IdempotencyMigrations, CreateBenchCharges1764633600002],
+      migrations: [...idempotencyMigrations(), CreateBenchCharges1764633600002],
       migrationsRun: true,
       // Connections stay open while the app idles between its configurations (pg-pool closes idle ones after
       // 10 s by default), as they do in a service under steady load: reconnecting is not a per-request cost.

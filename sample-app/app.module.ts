@@ -6,7 +6,7 @@ import { GraphQLModule } from '@nestjs/graphql';
 import { TerminusModule } from '@nestjs/terminus';
 import { IdempotencyGraphQLModule } from '../src/graphql/index.js';
 import { IdempotencyModule } from '../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
+import { idempotencyMigrations, IdempotencyPostgresModule } from '../src/postgres/index.js';
 import { IdempotencyHealthModule } from '../src/terminus/index.js';
 import { accountOf } from './auth/account-of.js';
 import { ApiKeyGuard } from './auth/api-key.guard.js';
@@ -31,7 +31,7 @@ import { RefundsController } from './refunds/refunds.controller.js';
 import { RefundsService } from './refunds/refunds.service.js';
 import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
 
-export const SAMPLE_MIGRATIONS = [...IdempotencyMigrations, CreateSampleSchema1764633600001];
+export const SAMPLE_MIGRATIONS = [...idempotencyMigrations(), CreateSampleSchema1764633600001];
 
 @Module({})
 export class AppModule implements NestModule {

@@ -1,6 +1,5 @@
 import { SetMetadata } from '@nestjs/common';
 import { IDEMPOTENT_METADATA } from './protocol/idempotency.tokens.js';
-import { resolveHttpPolicy } from './http/requests/http-policy.js';
 import type { IdempotentOptions } from './idempotency-options.js';
 import { resolvePolicy } from './protocol/idempotency-policy.js';
 
@@ -10,8 +9,8 @@ import { resolvePolicy } from './protocol/idempotency-policy.js';
  * pass through. Options given here override the module's; a method's override its controller's.
  */
 export const Idempotent = (options: IdempotentOptions = {}): ClassDecorator & MethodDecorator => {
-  // Invalid options fail where they are written, at start-up: each room checks its own.
+  // The protocol's options fail where they are written; each transport checks its own at start-up, on its handlers
+  // only (HTTP's on routes, never on a consumer or a resolver).
   resolvePolicy({}, options);
-  resolveHttpPolicy({}, options);
   return SetMetadata(IDEMPOTENT_METADATA, options);
 };

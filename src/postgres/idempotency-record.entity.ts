@@ -2,7 +2,7 @@ import { Column, Entity, Index, PrimaryColumn } from 'typeorm';
 
 /**
  * One idempotency record. The primary key on (account, endpoint, key) is the single-flight lock.
- * The table itself is created by `IdempotencyMigrations` (see migrations/).
+ * The table itself is created by `idempotencyMigrations()` (see migrations/).
  */
 @Entity({ name: 'idempotency_records' })
 @Index('idempotency_records_expires_at_idx', ['expiresAt'])

@@ -15,7 +15,7 @@ export { TransactionEscapeError } from './transaction-escape.subscriber.js';
 // The store itself (for a module of your own), and its table: the entity and the migrations that create it.
 export { PostgresIdempotencyStore, type PostgresStoreConnectionOptions } from './postgres-idempotency.store.js';
 export { IdempotencyRecord } from './idempotency-record.entity.js';
-export { IdempotencyMigrations, idempotencyMigrations } from './migrations/idempotency-migrations.js';
+export { idempotencyMigrations } from './migrations/idempotency-migrations.js';
 
 // An operator's look at the table: a key's record, the stuck ones, a fenced release, the purge (docs/operator.md).
 export {

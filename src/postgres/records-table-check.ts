@@ -79,7 +79,7 @@ export async function checkRecordsTable(dataSource: DataSource, tableName: strin
 
 function howToCreate(tableName: string): string {
   const migrations =
-    tableName === DEFAULT_TABLE_NAME ? '`IdempotencyMigrations`' : `\`idempotencyMigrations('${tableName}')\``;
+    tableName === DEFAULT_TABLE_NAME ? '`idempotencyMigrations()`' : `\`idempotencyMigrations('${tableName}')\``;
   return (
     `Create or update it with the package's migrations: add ${migrations} (from 'nest-idempotency/postgres') to your data ` +
     `source's \`migrations\` and set \`migrationsRun: true\`, or run them with the TypeORM CLI ` +

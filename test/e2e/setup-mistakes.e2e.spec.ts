@@ -16,7 +16,7 @@ import {
   InMemoryIdempotencyStore,
 } from '../../src/index.js';
 import { IDEMPOTENCY_STORE, type IdempotencyStore } from '../../src/store/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
+import { idempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import type { Platform } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { startTestApp } from '../support/test-app.js';
@@ -90,7 +90,7 @@ const database = (name?: string) =>
     name,
     type: 'postgres',
     url: db.url,
-    migrations: IdempotencyMigrations,
+    migrations: idempotencyMigrations(),
     migrationsRun: true,
   });
 
@@ -349,6 +349,36 @@ describe('option values', () => {
     ],
   ])('a string for %s is refused at start-up, saying it is a string', async (_name, options, message) => {
     await expect(compile({ singleTenant: true, ...options })).rejects.toThrow(message);
+  });
+
+  it("a route's wrong HTTP option is refused at start-up, naming it; the same on a handler that is no route is not HTTP's to check", async () => {
+    @Controller('refunds')
+    class RefundsController {
+      @Post()
+      @Idempotent({ maxStoredBodyBytes: 0 })
+      create() {
+        return {};
+      }
+    }
+    /** A consumer's handler: the HTTP options it carries are none of HTTP's business. */
+    class RefundsConsumer {
+      @Idempotent({ maxStoredBodyBytes: 0 })
+      refund() {}
+    }
+    const withControllers = (...controllers: (new () => object)[]) =>
+      Test.createTestingModule({
+        imports: [
+          database(),
+          IdempotencyModule.forRoot({ store: IdempotencyPostgresModule.forRoot(), singleTenant: true }),
+        ],
+        controllers,
+      }).compile();
+
+    await expect(withControllers(RefundsController)).rejects.toThrow(
+      /maxStoredBodyBytes must be a positive number, got the number 0/,
+    );
+    const moduleRef = await withControllers(RefundsConsumer);
+    await moduleRef.close();
   });
 });
 

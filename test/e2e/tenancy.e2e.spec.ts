@@ -6,7 +6,7 @@ import {
   type IdempotencyModuleOptions,
   IdempotencyService,
 } from '../../src/index.js';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
+import { idempotencyMigrations, IdempotencyPostgresModule } from '../../src/postgres/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { useTestDatabase } from '../support/test-database.js';
 
@@ -23,7 +23,12 @@ async function start(options: IdempotencyModuleOptions, registration: Registrati
       : IdempotencyModule.forRootAsync({ store: IdempotencyPostgresModule.forRoot(), useFactory: async () => options });
   const moduleRef = await Test.createTestingModule({
     imports: [
-      TypeOrmModule.forRoot({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, migrationsRun: true }),
+      TypeOrmModule.forRoot({
+        type: 'postgres',
+        url: db.url,
+        migrations: idempotencyMigrations(),
+        migrationsRun: true,
+      }),
       idempotency,
     ],
   })

@@ -10,7 +10,7 @@ import {
 import { IdempotencyService, type IdempotencyScope } from '../../src/index.js';
 import { type ProtocolIdempotentOptions } from '../../src/protocol/idempotency-options.interface.js';
 import {
-  IdempotencyMigrations,
+  idempotencyMigrations,
   IdempotencyRecord,
   PostgresIdempotencyStore,
   type PostgresStoreTransaction,
@@ -57,7 +57,7 @@ async function onDataSource(options: DataSourceSettings, use: (setup: Setup) => 
     type: 'postgres',
     url: db.url,
     entities: [IdempotencyRecord],
-    migrations: IdempotencyMigrations,
+    migrations: idempotencyMigrations(),
     ...options,
   });
   await dataSource.initialize();

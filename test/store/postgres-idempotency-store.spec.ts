@@ -4,11 +4,10 @@ import { DataSource } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { type IdempotencyScope, type StoredResponse } from '../../src/index.js';
 import {
-  IdempotencyMigrations,
+  idempotencyMigrations,
   IdempotencyRecord,
   PostgresIdempotencyStore,
   type PostgresStoreTransaction,
-  idempotencyMigrations,
 } from '../../src/postgres/index.js';
 import { waitingForLock } from '../support/hold-lock.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -45,7 +44,7 @@ beforeAll(async () => {
     type: 'postgres',
     url: db.url,
     entities: [IdempotencyRecord],
-    migrations: IdempotencyMigrations,
+    migrations: idempotencyMigrations(),
   });
   await dataSource.initialize();
   await dataSource.runMigrations();
@@ -215,7 +214,7 @@ describe('schema', () => {
     const withCustomTable = new DataSource({
       type: 'postgres',
       url: db.url,
-      migrations: [...IdempotencyMigrations, ...idempotencyMigrations('billing.idem_keys')],
+      migrations: [...idempotencyMigrations(), ...idempotencyMigrations('billing.idem_keys')],
     });
     await withCustomTable.initialize();
     try {

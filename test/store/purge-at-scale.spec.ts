@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { performance } from 'node:perf_hooks';
 import { DataSource } from 'typeorm';
-import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
+import { idempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
 const EXPIRED = 1_000_000;
@@ -14,7 +14,12 @@ let store: PostgresIdempotencyStore;
 
 beforeAll(async () => {
   db = await createTestDatabase();
-  dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations, extra: { max: 4 } });
+  dataSource = new DataSource({
+    type: 'postgres',
+    url: db.url,
+    migrations: idempotencyMigrations(),
+    extra: { max: 4 },
+  });
   await dataSource.initialize();
   await dataSource.runMigrations();
   store = new PostgresIdempotencyStore(dataSource, 'idempotency_records');

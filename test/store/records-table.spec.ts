@@ -7,7 +7,7 @@ import { DataSource, type MigrationInterface } from 'typeorm';
 import { IdempotencyModule } from '../../src/index.js';
 import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import {
-  IdempotencyMigrations,
+  idempotencyMigrations,
   IdempotencyPostgresModule,
   IdempotencyRecord,
   PostgresIdempotencyStore,
@@ -16,7 +16,7 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
-const [V0_1_0, V0_2_0] = IdempotencyMigrations;
+const [V0_1_0, V0_2_0] = idempotencyMigrations();
 const timing = { leaseSeconds: 30, ttlSeconds: 3600 };
 
 /** A fresh database per test: each one starts from a different schema. */
@@ -52,7 +52,7 @@ async function differencesFromEntity(dataSource: DataSource): Promise<string[]> 
 
 describe('the migration history', () => {
   it('applies in order to an empty database and creates exactly what the entity maps', async () => {
-    await withMigrated(IdempotencyMigrations, async (dataSource) => {
+    await withMigrated(idempotencyMigrations(), async (dataSource) => {
       const applied = await db.query<{ name: string }>('SELECT name FROM migrations ORDER BY id');
       expect(applied.map(({ name }) => name)).toEqual([
         'CreateIdempotencyRecords1764633600000',
@@ -76,7 +76,7 @@ describe('the migration history', () => {
         VALUES ('acct', 'POST /charges', 'crashed', 'fp-crashed', 'in_progress', gen_random_uuid(), now(), now() - interval '1 second', now() + interval '1 day')`);
     });
 
-    await withMigrated(IdempotencyMigrations, async (dataSource) => {
+    await withMigrated(idempotencyMigrations(), async (dataSource) => {
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
       await expect(
         db.query(
@@ -111,7 +111,7 @@ describe('the migration history', () => {
 
   it('accepts a table a development checkout created before the history began (the columns already there)', async () => {
     // Such a checkout ran a 0.1.0 migration of the same name that already created `attempts` and `awaited`.
-    await withMigrated(IdempotencyMigrations, async (dataSource) => {
+    await withMigrated(idempotencyMigrations(), async (dataSource) => {
       await db.query(`DELETE FROM migrations WHERE name = 'IdempotencyRecordsV0_2_0_1796256000000'`);
       const applied = await dataSource.runMigrations();
       expect(applied.map(({ name }) => name)).toEqual(['IdempotencyRecordsV0_2_0_1796256000000']);
@@ -120,7 +120,7 @@ describe('the migration history', () => {
   });
 
   it('reverts in reverse order, down to nothing', async () => {
-    await withMigrated(IdempotencyMigrations, async (dataSource) => {
+    await withMigrated(idempotencyMigrations(), async (dataSource) => {
       const columnsNamed = (names: string[]) =>
         db.query(
           `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'idempotency_records'::regclass AND attname = ANY ($1)`,
@@ -171,7 +171,7 @@ describe('the check at start-up', () => {
       'The idempotency table "idempotency_records" does not exist in the database.',
     );
     await expect(refusal).rejects.toThrow(
-      /add `IdempotencyMigrations` \(from 'nest-idempotency\/postgres'\) to your data source's `migrations` and set `migrationsRun: true`, or run them with the TypeORM CLI/,
+      /add `idempotencyMigrations\(\)` \(from 'nest-idempotency\/postgres'\) to your data source's `migrations` and set `migrationsRun: true`, or run them with the TypeORM CLI/,
     );
   });
 
@@ -199,14 +199,14 @@ describe('the check at start-up', () => {
 
   it('refuses a column of another type', async () => {
     const before = () => db.query('ALTER TABLE idempotency_records ALTER COLUMN response_body TYPE text');
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
+    await expect(start(idempotencyMigrations(), { before })).rejects.toThrow(
       /has columns of other types \(response_body is text, not bytea\)/,
     );
   });
 
   it('refuses a table without the key that makes a claim atomic', async () => {
     const before = () => db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
+    await expect(start(idempotencyMigrations(), { before })).rejects.toThrow(
       /has no primary key \(or unique index\) on \(account, endpoint, idempotency_key\)/,
     );
   });
@@ -221,7 +221,7 @@ describe('the check at start-up', () => {
         'ALTER TABLE idempotency_records ADD CONSTRAINT idempotency_records_pkey PRIMARY KEY (account, endpoint, idempotency_key) DEFERRABLE',
       );
     };
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
+    await expect(start(idempotencyMigrations(), { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
   });
 
   it('refuses a unique index that is not valid (a concurrent build that failed), which ON CONFLICT ignores', async () => {
@@ -238,7 +238,7 @@ describe('the check at start-up', () => {
         .catch(() => undefined);
       await db.query('DELETE FROM idempotency_records');
     };
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
+    await expect(start(idempotencyMigrations(), { before })).rejects.toThrow(/has no primary key \(or unique index\)/);
   });
 
   // ON CONFLICT (account, endpoint, idempotency_key) cannot use a partial index as its arbiter: every claim would fail
@@ -250,7 +250,7 @@ describe('the check at start-up', () => {
         "CREATE UNIQUE INDEX records_scope ON idempotency_records (account, endpoint, idempotency_key) WHERE status <> 'x'",
       );
     };
-    await expect(start(IdempotencyMigrations, { before })).rejects.toThrow(
+    await expect(start(idempotencyMigrations(), { before })).rejects.toThrow(
       'The idempotency table "idempotency_records" has no primary key (or unique index) on (account, endpoint, ' +
         "idempotency_key), which makes a key's claim atomic (a partial, deferrable or invalid one does not count: the " +
         "claim's ON CONFLICT cannot use it). Add it: " +
@@ -263,13 +263,13 @@ describe('the check at start-up', () => {
       await db.query('ALTER TABLE idempotency_records DROP CONSTRAINT idempotency_records_pkey');
       await db.query('CREATE UNIQUE INDEX records_scope ON idempotency_records (idempotency_key, account, endpoint)');
     };
-    await expect(start(IdempotencyMigrations, { before })).resolves.toBeUndefined();
+    await expect(start(idempotencyMigrations(), { before })).resolves.toBeUndefined();
   });
 
   it('starts with a warning when the database cannot be reached to check, and serves once it can', async () => {
     const proxy = await TcpProxy.to(db.url);
     const logger = new RecordingLogger();
-    const setUp = new DataSource({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations });
+    const setUp = new DataSource({ type: 'postgres', url: db.url, migrations: idempotencyMigrations() });
     await setUp.initialize();
     await setUp.runMigrations();
     await setUp.destroy();
@@ -316,7 +316,7 @@ describe('the check at start-up', () => {
         TypeOrmModule.forRoot({
           type: 'postgres',
           url: db.url,
-          migrations: IdempotencyMigrations,
+          migrations: idempotencyMigrations(),
           migrationsRun: true,
         }),
         IdempotencyModule.forRoot({

@@ -1,6 +1,6 @@
 import { DataSource } from 'typeorm';
 import { InMemoryIdempotencyStore } from '../../src/index.js';
-import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
+import { idempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { describeIdempotencyStoreContract } from '../../src/testing/index.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
@@ -18,7 +18,7 @@ afterAll(async () => {
 describeIdempotencyStoreContract('PostgresIdempotencyStore', async () => {
   if (!dataSource) {
     db = await createTestDatabase();
-    dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: IdempotencyMigrations });
+    dataSource = new DataSource({ type: 'postgres', url: db.url, migrations: idempotencyMigrations() });
     await dataSource.initialize();
     await dataSource.runMigrations();
   }

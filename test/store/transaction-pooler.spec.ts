@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { DataSource } from 'typeorm';
 import { IdempotencySetupError } from '../../src/index.js';
-import { IdempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
+import { idempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { describeIdempotencyStoreContract } from '../../src/testing/index.js';
 import { describeThroughPgBouncer, throughPgBouncer } from '../support/pgbouncer.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -25,7 +25,7 @@ async function pooledDataSource(): Promise<DataSource> {
   if (!pooled) {
     db = await createTestDatabase();
     await db.query('CREATE TABLE ledger_entries (id serial PRIMARY KEY, key text NOT NULL)');
-    pooled = new DataSource({ type: 'postgres', url: throughPgBouncer(db.url), migrations: IdempotencyMigrations });
+    pooled = new DataSource({ type: 'postgres', url: throughPgBouncer(db.url), migrations: idempotencyMigrations() });
     await pooled.initialize();
     await pooled.runMigrations();
   }

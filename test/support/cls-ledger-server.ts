@@ -7,7 +7,7 @@ import { TransactionalAdapterTypeOrm } from '@nestjs-cls/transactional-adapter-t
 import { ClsModule } from 'nestjs-cls';
 import { Idempotent, IdempotencyModule } from '../../src/index.js';
 import {
-  IdempotencyMigrations,
+  idempotencyMigrations,
   IdempotencyPostgresModule,
   PostgresIdempotencyContext,
 } from '../../src/postgres/index.js';
@@ -67,7 +67,7 @@ class ClsLedgerController {
       type: 'postgres',
       url: process.env.DATABASE_URL,
       entities: [LedgerEntry],
-      migrations: IdempotencyMigrations,
+      migrations: idempotencyMigrations(),
       migrationsRun: true,
     }),
     IdempotencyModule.forRoot({

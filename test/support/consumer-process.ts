@@ -8,7 +8,7 @@ import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext, IdempotencyModule } from '../../src/index.js';
 import { IdempotencyJetStreamModule, JetStreamServer } from '../../src/jetstream/index.js';
 import {
-  IdempotencyMigrations,
+  idempotencyMigrations,
   IdempotencyPostgresModule,
   PostgresIdempotencyContext,
 } from '../../src/postgres/index.js';
@@ -52,7 +52,7 @@ const brokerModule =
     TypeOrmModule.forRoot({
       type: 'postgres',
       url: env.DATABASE_URL,
-      migrations: IdempotencyMigrations,
+      migrations: idempotencyMigrations(),
       migrationsRun: true,
     }),
     IdempotencyModule.forRoot({

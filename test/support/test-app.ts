@@ -14,7 +14,7 @@ import type { DataSource, EntitySchema, MigrationInterface } from 'typeorm';
 import { IdempotencyModule, type IdempotencyModuleOptions, InMemoryIdempotencyStore } from '../../src/index.js';
 import { IDEMPOTENCY_STORE, type IdempotencyStore } from '../../src/store/index.js';
 import {
-  IdempotencyMigrations,
+  idempotencyMigrations,
   IdempotencyPostgresModule,
   type IdempotencyPostgresOptions,
 } from '../../src/postgres/index.js';
@@ -28,7 +28,7 @@ import { RecordingLogger } from './recording-logger.js';
  * Express or Fastify with `rawBody: true`, logging into a `RecordingLogger`. A spec names only what it tests.
  */
 
-/** The records on PostgreSQL: TypeORM's data source on `database`, `IdempotencyMigrations` run at start. */
+/** The records on PostgreSQL: TypeORM's data source on `database`, `idempotencyMigrations()` run at start. */
 export interface OnPostgres {
   /** The test file's database (`createTestDatabase()`), or any `{ url }` that reaches it (a `TcpProxy`'s). */
   database: { url: string };
@@ -148,7 +148,7 @@ function databaseModules(options: TestModuleOptions): DynamicModule[] {
       type: 'postgres',
       url: database.url,
       ...(entities === undefined ? {} : { entities }),
-      migrations: [...IdempotencyMigrations, ...(migrations ?? [])],
+      migrations: [...idempotencyMigrations(), ...(migrations ?? [])],
       migrationsRun: true,
       ...(pool === undefined ? {} : { extra: pool }),
     }),

@@ -2,7 +2,7 @@ import { Module } from '@nestjs/common';
 import { ConfigModule, ConfigService } from '@nestjs/config';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyModule } from 'nest-idempotency';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from 'nest-idempotency/postgres';
+import { idempotencyMigrations, IdempotencyPostgresModule } from 'nest-idempotency/postgres';
 import type { AccountRequest } from './account.guard.js';
 import { Charge } from './charge.entity.js';
 import { ChargesController } from './charges.controller.js';
@@ -20,7 +20,7 @@ import { PaymentProvider } from './payment-provider.js';
         type: 'postgres',
         url: config.getOrThrow<string>('DATABASE_URL'),
         entities: [Charge],
-        migrations: [...IdempotencyMigrations, CreateCharges1767000000000],
+        migrations: [...idempotencyMigrations(), CreateCharges1767000000000],
         migrationsRun: true,
       }),
     }),

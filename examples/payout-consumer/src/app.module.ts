@@ -1,7 +1,7 @@
 import { Module } from '@nestjs/common';
 import { TypeOrmModule } from '@nestjs/typeorm';
 import { IdempotencyModule } from 'nest-idempotency';
-import { IdempotencyMigrations, IdempotencyPostgresModule } from 'nest-idempotency/postgres';
+import { idempotencyMigrations, IdempotencyPostgresModule } from 'nest-idempotency/postgres';
 import { IdempotencyRabbitMQModule } from 'nest-idempotency/rabbitmq';
 import type { PayoutRequest } from './payouts.consumer.js';
 import { Payout } from './payout.entity.js';
@@ -15,7 +15,7 @@ import { PayoutsConsumer } from './payouts.consumer.js';
         type: 'postgres',
         url: process.env.DATABASE_URL,
         entities: [Payout],
-        migrations: IdempotencyMigrations,
+        migrations: idempotencyMigrations(),
         migrationsRun: true,
         // The example's own table; an application would ship a migration for it.
         synchronize: true,

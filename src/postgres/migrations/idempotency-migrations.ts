@@ -14,6 +14,3 @@ export function idempotencyMigrations(tableName: string = DEFAULT_TABLE_NAME): (
   const table = recordsTable(tableName);
   return [createRecordsMigration(table), addAttemptsAndAwaitedMigration(table), addLockHeldMigration(table)];
 }
-
-/** The migrations of the default table, `idempotency_records`. */
-export const IdempotencyMigrations = idempotencyMigrations();
