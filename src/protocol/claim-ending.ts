@@ -210,7 +210,7 @@ export class ClaimEnding {
 
   /**
    * Commits or rolls back within `storeTimeoutSeconds`; past it, the connection is cut, so that a stalled
-   * database neither holds the response nor keeps the connection (PostgreSQL rolls back what was not committed).
+   * database neither holds the response nor keeps the connection (a database rolls back what was not committed).
    */
   private async endTransaction(
     transaction: StoreTransaction,

@@ -57,8 +57,8 @@ export class IdempotencyLifecycle implements OnModuleInit, BeforeApplicationShut
   }
 
   /**
-   * Closes the store after the drain: begun here if nothing began it earlier (an application context without HTTP;
-   * an HTTP application drains in its adapter's `beforeClose()`, see `DrainBeforeClose`).
+   * Closes the store after the drain: begun here if nothing began it earlier (an application context that serves no
+   * transport's server; a transport whose server closes with the application begins it first).
    */
   async beforeApplicationShutdown(): Promise<void> {
     clearInterval(this.purgeTimer);

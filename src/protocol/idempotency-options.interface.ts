@@ -7,9 +7,8 @@ export type AccountResolver = (context: ExecutionContext) => string | Promise<st
 /** The protocol's options that `@Idempotent()` (or `execute()`) may set per route or operation; they override the module's. */
 export interface ProtocolIdempotentOptions {
   /**
-   * Run the handler in one transaction of the store that also stores its outcome, so that its own writes (on
-   * PostgreSQL: made through `PostgresIdempotencyContext.manager` or `getRepository()`, and with `enlistDataSource`
-   * through injected repositories too) and the stored response commit together or not at all. Default: `false`.
+   * Run the handler in one transaction of the store that also stores its outcome, so that its own writes (made
+   * through the store's context for the run, see the store's docs) and the stored response commit together or not at all. Default: `false`.
    */
   transactional?: boolean;
   /**
@@ -37,7 +36,8 @@ export interface ProtocolIdempotentOptions {
   accountResolver?: AccountResolver;
   /**
    * Decides what of a final outcome is stored, and so what every replay returns: it gets the outcome about to be
-   * stored (on HTTP, already without the headers that are never stored) and returns what to store instead (a body
+   * stored (already without what its transport never
+   * stores) and returns what to store instead (a body
    * without a card number, say). The first client gets the full response; its retries get what is stored, so never
    * drop what a client needs to act (a created resource's id). A hook that throws never gets the outcome stored: on
    * a transactional route the writes roll back, the claim is released and the client answered 500

@@ -45,7 +45,7 @@ export interface IdempotencyClaim {
 
 /**
  * A database transaction of the store's, in which a handler's own writes and its outcome commit together. How the
- * handler reaches it is the store's to say (the PostgreSQL store: a TypeORM `EntityManager`, see `IdempotencyContext`).
+ * handler reaches it is the store's to say (its context for the run, see `IdempotencyContext`).
  */
 export interface StoreTransaction {
   commit(): Promise<void>;
@@ -146,8 +146,8 @@ export interface IdempotencyStore {
    */
   readonly processLocal?: boolean;
   /**
-   * How many attempts the store serves at once without making one wait for another (the PostgreSQL store: its
-   * transaction slots, the pool's size less two). Message consumers claim and run at most so many messages at once by
+   * How many attempts the store serves at once without making one wait for another (a store on a pool of
+   * connections: the connections it may hold at once). Message consumers claim and run at most so many messages at once by
    * default, holding the others. Default: unbounded.
    */
   readonly capacity?: number;

@@ -30,7 +30,8 @@ interface RunTiming {
 export const IDEMPOTENCY_INSTRUMENTATION_NAME = 'nest-idempotency';
 
 /**
- * Bucket boundaries of the durations, in seconds: OpenTelemetry's HTTP semantic conventions' (the SDK's default ones
+ * Bucket boundaries of the durations, in seconds: those OpenTelemetry's semantic conventions recommend for
+ * request durations (the SDK's default ones
  * are for milliseconds, and would put every store call in the first bucket).
  */
 const SECONDS_BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10];

@@ -15,7 +15,7 @@ export interface IdempotentCall {
   terms: KeyTerms;
   /**
    * How metrics and spans name the call's endpoint: the route template, broker pattern or operation name, never text
-   * the client chose (a GraphQL alias is in the scope, not in the label). Default: `scope.endpoint`.
+   * the client chose (an alias the client gave a field is in the scope, not in the label). Default: `scope.endpoint`.
    */
   endpointLabel?: string;
   /**
@@ -26,19 +26,19 @@ export interface IdempotentCall {
 }
 
 /**
- * What a transport supplies for the protocol to serve its calls (HTTP today; message consumers and GraphQL are the
+ * What a transport supplies for the protocol to serve its calls (one per kind of call, each the
  * same four jobs): read a call's key, account and fingerprint; answer with a stored outcome; run the handler under
  * its claim, capturing its outcome and ending the claim once; and render a refusal as its clients expect one.
  */
 export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCall> {
   /**
-   * The kind of call it serves, as the module's metrics and spans name it (`idempotency.transport`): `http`,
-   * `graphql`, or the broker's name. The protocol names none: `execute()`'s calls are `operation`.
+   * The kind of call it serves, as the module's metrics and spans name it (`idempotency.transport`): the
+   * protocol, the platform or the broker it serves. The protocol names none: `execute()`'s calls are `operation`.
    */
   readonly name: string;
   /**
    * Whether `context` is one of its calls. Not the context's type alone: every message consumer's is `'rpc'`,
-   * whichever the broker, so a RabbitMQ transport and a NATS one tell theirs apart by their context's class.
+   * whichever the broker, so two brokers' transports tell theirs apart by their context's class.
    */
   serves(context: ExecutionContext): boolean;
   /**

@@ -2,9 +2,8 @@ import { type ExecutionContext, Injectable } from '@nestjs/common';
 import type { IdempotencyTransport } from './idempotency-transport.interface.js';
 
 /**
- * The transports the module serves, one per kind of call. Each registers itself as Nest creates it: HTTP's with
- * `IdempotencyModule`, the others with their room's module (`IdempotencyRabbitMQModule`, `IdempotencyGraphQLModule`,
- * ...), which an application imports beside it; the module is global, so they find this without importing it.
+ * The transports the module serves, one per kind of call. Each registers itself as Nest creates it, with its room's
+ * module (the root module's own transport with it, the others with the module an application imports beside it); the module is global, so they find this without importing it.
  */
 @Injectable()
 export class IdempotencyTransports {

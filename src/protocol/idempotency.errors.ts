@@ -15,8 +15,8 @@ export type IdempotencyErrorCode =
 
 /**
  * A refusal of the module: a stable `code`, a human message, and, when retrying later may succeed, how long to wait.
- * Protocol-neutral: each edge renders it (HTTP: a status, JSON `{ statusCode, error, message }` and `Retry-After`, see
- * `src/http/answers/http-answers.ts`); `IdempotencyService.execute()` throws it as it is.
+ * Protocol-neutral: each transport renders it as its clients expect (its `refusal()`); `IdempotencyService.execute()`
+ * throws it as it is.
  */
 export class IdempotencyError extends Error {
   constructor(
@@ -29,7 +29,7 @@ export class IdempotencyError extends Error {
   }
 }
 
-/** `keyName` says where the key is expected: `Idempotency-Key header` (HTTP), `messageId property` (a message). */
+/** `keyName` says where the key is expected: `Idempotency-Key header` (a request), `messageId property` (a message). */
 export class IdempotencyKeyRequiredError extends IdempotencyError {
   constructor(keyName: string) {
     super(
@@ -80,7 +80,7 @@ export class IdempotencyAccountUnresolvedError extends IdempotencyError {
 }
 
 /**
- * An `execute()` operation whose name, key or account cannot scope a record (a key the HTTP edge would refuse, say):
+ * An `execute()` operation whose name, key or account cannot scope a record (a key a transport would refuse, say):
  * refused before anything is claimed, and for good, since its retries would be refused alike.
  */
 export class IdempotencyOperationInvalidError extends IdempotencyError {
@@ -96,8 +96,8 @@ export class IdempotencyOperationInvalidError extends IdempotencyError {
 }
 
 /**
- * How a refusal names the key and what it was first used with, in the words of the edge it is answered on: an HTTP
- * header and its request, or an operation's key and its input.
+ * How a refusal names the key and what it was first used with, in the words of the transport it is answered on: a
+ * request's header and its request, or an operation's key and its input.
  */
 export interface KeyTerms {
   /** The key, e.g. `Idempotency-Key` (the header's name), or `key of operation "payout"`. */

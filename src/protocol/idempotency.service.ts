@@ -80,8 +80,8 @@ export class IdempotencyService {
    * `shutdownTimeoutSeconds` to finish and store their outcomes, and those still running then are ended: their claims
    * released (transactional: their writes rolled back by cutting their connections) and their clients answered 503,
    * so that a retry runs on another instance. It runs once: later calls await the same drain. It must end before the
-   * application's providers are destroyed, which running work still uses: an HTTP application drains in its adapter's
-   * `beforeClose()`, which `app.close()` awaits before any shutdown hook; an application context calls it itself.
+   * application's providers are destroyed, which running work still uses: a transport whose server closes with the
+   * application begins it before that (see its room), and an application context calls it itself.
    */
   drain(): Promise<void> {
     return this.lifecycle.drain();
@@ -154,10 +154,11 @@ export class IdempotencyService {
   }
 
   /**
-   * Runs `work` once per operation key, for callers that are not HTTP requests, with the same claim,
-   * fingerprint comparison, lease, TTL and (with `transactional: true`) transaction as the HTTP routes:
+   * Runs `work` once per operation key, for callers that no transport serves (a job, a script, a step
+   * of a workflow), with the same claim, fingerprint comparison, lease, TTL and (with `transactional: true`)
+   * transaction as a transport's calls:
    * a completed operation returns its stored result; one still running throws `IdempotencyRequestInProgressError`;
-   * the same key with another input throws `IdempotencyKeyReuseError`; a name, key or account the HTTP edge would
+   * the same key with another input throws `IdempotencyKeyReuseError`; a name, key or account a transport would
    * refuse too (an empty or 300-character key) throws `IdempotencyOperationInvalidError`, and an input JSON cannot
    * represent faithfully (a Map, a Set, a Date, `undefined`…) a `TypeError` naming where it is, both before anything
    * is claimed. A failing `work` releases the key (its transaction rolls back) and its error is rethrown. `work` sees

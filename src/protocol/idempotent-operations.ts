@@ -10,16 +10,16 @@ import { keyFault, scopeTextFault } from './scope-values.js';
 // `IdempotencyService.execute()`'s operations: what one is, how it is scoped and fingerprinted, and its result as
 // stored (its JSON, which every replay parses back).
 
-/** An operation outside HTTP (a queue message, a cron run, a workflow step) and its key. */
+/** An operation no transport serves (a cron run, a workflow step, a script) and its key. */
 export interface IdempotentOperation {
-  /** What the operation is, e.g. `payout`: keys are scoped by it, like HTTP keys by endpoint. Not empty. */
+  /** What the operation is, e.g. `payout`: keys are scoped by it, like a transport's keys by endpoint. Not empty. */
   name: string;
   /**
    * The operation's key: created once where the intent is formed, and persisted with it. 1..255 visible ASCII
-   * characters, as an HTTP key.
+   * characters, as a transport's key.
    */
   key: string;
-  /** The tenant, as for HTTP (not empty). Default: none. */
+  /** The tenant, as for a transport's calls (not empty). Default: none. */
   account?: string;
   /**
    * What the operation does: the same key with another input is refused. Plain objects, arrays, strings, finite
@@ -39,8 +39,8 @@ export interface ExecuteResult<T> {
 }
 
 /**
- * The scope an operation is claimed under, `(account, "operation <name>", key)`. Its parts follow the HTTP edge's
- * rules, so that what the database would refuse (a key too long for its column, a NUL character) is refused here,
+ * The scope an operation is claimed under, `(account, "operation <name>", key)`. Its parts follow the rules a
+ * transport's do, so that what the database would refuse (a key too long for its column, a NUL character) is refused here,
  * for good, rather than failing each claim as if the database were down, which a retrying job would retry for ever.
  */
 export function scopeOfOperation({ name, key, account }: IdempotentOperation): IdempotencyScope {

@@ -6,8 +6,8 @@ import { boolean } from './option-checks.js';
 import { EnvelopeUnreadableError, KEY_BYTES, type OutcomeKey, openEnvelope, sealEnvelope } from './outcome-envelope.js';
 
 /**
- * The header a sealed record's headers hold instead of the response's: its name cannot be an HTTP/1.1 field name
- * (a colon is no token character), so no response stored in plaintext has it.
+ * The header a sealed record's headers hold instead of the response's: it begins with a colon, which no
+ * transport's header name holds, so no outcome stored in plaintext has it.
  */
 export const ENVELOPE_HEADER = ':nest-idempotency-envelope';
 const ENVELOPE_HEADER_VALUE = 'aes-256-gcm';

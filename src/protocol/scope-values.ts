@@ -1,4 +1,4 @@
-// What the parts of a scope may be, for the HTTP edge and `execute()` alike. A value the records table cannot hold
+// What the parts of a scope may be, for every transport and `execute()` alike. A value the records table cannot hold
 // as it is would either fail every claim as if the database were down (a 503, retried for ever) or be stored as
 // another value, sharing that value's records.
 
@@ -21,8 +21,8 @@ export function keyFault(key: string): string | undefined {
 
 /**
  * Why an account, an endpoint or an operation's name cannot be used, or `undefined`: it is text the records table
- * holds as it is, non-empty, of `MAX_SCOPE_TEXT_BYTES` bytes at most (in UTF-8), without a NUL character (which
- * PostgreSQL refuses) or a lone surrogate (which would be stored as U+FFFD).
+ * holds as it is, non-empty, of `MAX_SCOPE_TEXT_BYTES` bytes at most (in UTF-8), without a NUL character (which a
+ * database's text refuses) or a lone surrogate (which would be stored as U+FFFD).
  */
 export function scopeTextFault(text: string): string | undefined {
   if (text.length === 0) return 'it is empty';

@@ -1,8 +1,8 @@
 import type { StoredResponse } from './idempotency-store.interface.js';
 
 /**
- * The header that marks a stored stand-in: its name cannot be an HTTP field name (a colon is no token character), so
- * no outcome a transport stores has it.
+ * The header that marks a stored stand-in: it begins with a colon, which no transport's
+ * header name holds, so no outcome a transport stores has it.
  */
 const WITHHELD_HEADER = ':nest-idempotency-withheld';
 
