@@ -8,7 +8,7 @@ import ts from 'typescript';
 const configPath = fileURLToPath(new URL('../tsconfig.json', import.meta.url));
 const { config } = ts.readConfigFile(configPath, ts.sys.readFile);
 const { options } = ts.parseJsonConfigFileContent(config, ts.sys, fileURLToPath(new URL('..', import.meta.url)));
-const compilerOptions = {
+export const compilerOptions = {
   ...options,
   module: ts.ModuleKind.ESNext,
   sourceMap: false,

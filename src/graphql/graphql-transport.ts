@@ -84,9 +84,7 @@ export class GraphqlTransport implements IdempotencyTransport<GraphqlCall> {
     transports.register(this);
   }
 
-  serves(context: ExecutionContext): boolean {
-    return context.getType<string>() === 'graphql';
-  }
+  readonly serves = { type: 'graphql' };
 
   async read(context: ExecutionContext): Promise<GraphqlCall | undefined> {
     const plan = this.plans.planFor(context);

@@ -9,7 +9,7 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { type Observable, of } from 'rxjs';
-import { type IdempotencyError, IdempotencyKeyRequiredError } from '../protocol/idempotency.errors.js';
+import type { IdempotencyError } from '../protocol/idempotency.errors.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
@@ -25,9 +25,7 @@ import type { HttpPlatform, HttpRequest, HttpResponse } from './platforms/http-p
 import { httpPlatformFor, isSupportedHttpPlatform } from './platforms/http-platforms.js';
 import { resolveHttpPolicy } from './requests/http-policy.js';
 import type { HttpProfile } from './answers/http-profile.js';
-import { accountOf, endpointOf, fingerprintInputOf } from './requests/http-request-reading.js';
-import { parseIdempotencyKey } from '../transport-kit/key-header.js';
-import { PASS_THROUGH_METHODS } from './http.constants.js';
+import { readClaimTerms } from './requests/http-request-reading.js';
 import { trackNestReplies } from './capture/nest-replies.js';
 import { OnceLog } from '../protocol/once-log.js';
 import { answeredElsewhere } from './capture/response-capture.js';
@@ -38,7 +36,6 @@ interface HttpCall extends IdempotentCall {
   plan: RoutePlan;
   context: ExecutionContext;
   request: HttpRequest;
-  response: HttpResponse;
   platform: HttpPlatform;
 }
 
@@ -89,41 +86,25 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
     this.platform.readRefusedBodies(adapter.getInstance<object>(), this.keyHeaderName);
   }
 
-  serves(context: ExecutionContext): boolean {
-    return context.getType() === 'http';
-  }
+  readonly serves = { type: 'http' };
 
   async read(context: ExecutionContext): Promise<HttpCall | undefined> {
     const plan = this.plans.planFor(context);
     if (!plan) return undefined;
     const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
     const request = platform.requestOf(context.switchToHttp().getRequest<object>());
-    if (PASS_THROUGH_METHODS.has(request.method)) return undefined;
-    const { policy, http } = plan;
-    const key = parseIdempotencyKey(request.headers[http.headerName.toLowerCase()], http.headerName);
-    if (key === undefined) {
-      if (http.required) throw new IdempotencyKeyRequiredError(`${http.headerName} header`);
-      return undefined;
-    }
-    return {
-      plan,
-      policy,
-      scope: {
-        account: await accountOf(context, request, policy, this.once),
-        endpoint: endpointOf(request, plan.version),
-        key,
-      },
-      fingerprint: http.fingerprint(fingerprintInputOf(request, this.once)),
-      terms: { key: http.headerName, usedWith: 'request (method, path, query or body)' },
-      context,
-      request,
-      response: platform.responseOf(context.switchToHttp().getResponse<object>()),
-      platform,
-    };
+    const claimed = await readClaimTerms(context, plan, request, this.once);
+    return claimed && { ...claimed, plan, context, request, platform };
+  }
+
+  /** The response a call is answered through (what the platform hands to interceptors, as the module handles it). */
+  private responseOf({ platform, context }: Pick<HttpCall, 'platform' | 'context'>): HttpResponse {
+    return platform.responseOf(context.switchToHttp().getResponse<object>());
   }
 
   replay(call: HttpCall, stored: StoredResponse): Observable<unknown> {
-    const { response, plan, scope } = call;
+    const { plan, scope } = call;
+    const response = this.responseOf(call);
     if (answeredElsewhere(response)) {
       this.warnAnsweredElsewhere(scope.endpoint);
       return of(undefined);
@@ -136,7 +117,8 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
   }
 
   async run(call: HttpCall, attempt: IdempotencyAttempt, next: CallHandler): Promise<Observable<unknown>> {
-    const { plan, context, request, response, platform, scope } = call;
+    const { plan, context, request, platform, scope } = call;
+    const response = this.responseOf(call);
     // Answered while the claim was made (waited for), by something outside Nest's pipeline: Fastify's
     // `handlerTimeout`, a timeout middleware. Its client has that answer (a 503, say) and will retry: nothing more is
     // written to it, and the handler does not run (its work would be done with no client to hear of it, and its
@@ -165,8 +147,7 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
    */
   refusal(error: IdempotencyError, call: HttpCall | undefined, context: ExecutionContext): unknown {
     const platform = (this.platform ??= httpPlatformFor(this.adapterHost.httpAdapter.getType()));
-    const response = call?.response ?? platform.responseOf(context.switchToHttp().getResponse<object>());
-    return httpExceptionFor(error, this.profile, response);
+    return httpExceptionFor(error, this.profile, this.responseOf({ platform, context }));
   }
 
   private warnAnsweredElsewhere(endpoint: string): void {

@@ -20,7 +20,11 @@ import type { ProtocolModuleOptions } from '../protocol/idempotency-options.inte
 import { type IdempotencyPolicy, resolvePolicy } from '../protocol/idempotency-policy.js';
 import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
-import type { IdempotentCall, IdempotencyTransport } from '../protocol/idempotency-transport.interface.js';
+import type {
+  IdempotentCall,
+  IdempotencyTransport,
+  ServedContexts,
+} from '../protocol/idempotency-transport.interface.js';
 import type { IdempotencyService } from '../protocol/idempotency.service.js';
 import { keyFault } from '../protocol/scope-values.js';
 import { describedValue } from '../protocol/described-value.js';
@@ -90,13 +94,14 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   private readonly warnedWithoutKey = new Set<string>();
   private readonly warnedAbsent = new Set<string>();
   private readonly inHand: MessagesInHand;
+  readonly serves: ServedContexts;
   /** The idempotent event handlers of each pattern, read from the application's controllers at the first message. */
   private eventHandlers?: Map<string, ReadonlySet<string>>;
 
   protected constructor(
     /** How scopes, logs and metrics name the broker, e.g. `rabbitmq`. */
     readonly name: string,
-    private readonly contextClass: Type<Context>,
+    contextClass: Type<Context>,
     /** Nest's built-in transport of the broker (its handlers' `@EventPattern(pattern, transport)`), if any. */
     private readonly nestTransport: Transport | undefined,
     private readonly reflector: Reflector,
@@ -105,6 +110,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     moduleOptions: ProtocolModuleOptions,
     private readonly options: ResolvedConsumerOptions<Context>,
   ) {
+    this.serves = { type: 'rpc', rpcContext: contextClass };
     this.plans = new HandlerPlans(reflector, (handlerOptions, context) => {
       const consumer = `${context.getClass().name}.${context.getHandler().name}`;
       const [pattern] = [Reflect.getMetadata(PATTERN_METADATA, context.getHandler()) as unknown].flat();
@@ -129,10 +135,6 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
   protected abstract patternOf(context: Context): string;
   /** The message's delivery: its properties and headers, and how it is settled. */
   protected abstract deliveryOf(context: Context): MessageDelivery;
-
-  serves(context: ExecutionContext): boolean {
-    return context.getType() === 'rpc' && context.switchToRpc().getContext() instanceof this.contextClass;
-  }
 
   async read(context: ExecutionContext): Promise<MessageCall | undefined> {
     const plan = this.plans.planFor(context);

@@ -25,6 +25,13 @@ export interface IdempotentCall {
   inHand?: boolean;
 }
 
+/** The calls a transport serves (`IdempotencyTransport.serves`). */
+export interface ServedContexts {
+  type: string;
+  /** For `'rpc'`: the class of the calls' RPC context (`context.switchToRpc().getContext()`). */
+  rpcContext?: abstract new (...args: never[]) => unknown;
+}
+
 /**
  * What a transport supplies for the protocol to serve its calls (one per kind of call, each the
  * same four jobs): read a call's key, account and fingerprint; answer with a stored outcome; run the handler under
@@ -37,10 +44,11 @@ export interface IdempotencyTransport<Call extends IdempotentCall = IdempotentCa
    */
   readonly name: string;
   /**
-   * Whether `context` is one of its calls. Not the context's type alone: every message consumer's is `'rpc'`,
-   * whichever the broker, so two brokers' transports tell theirs apart by their context's class.
+   * Which calls are its own, by their context: its type (`context.getType()`) and, for `'rpc'`, the class of its RPC
+   * context, since every message consumer's type is `'rpc'`, whichever the broker. Data, not a method: the protocol
+   * picks a call's transport without entering any.
    */
-  serves(context: ExecutionContext): boolean;
+  readonly serves: ServedContexts;
   /**
    * The call, or `undefined` to let it through unguarded (a route that is not idempotent, a safe method, no key where
    * none is required). A call that cannot be served is refused by throwing an `IdempotencyError`.

@@ -15,6 +15,10 @@ export class IdempotencyTransports {
 
   /** The transport of `context`'s call, or `undefined` for a kind of call none serves. */
   serving(context: ExecutionContext): IdempotencyTransport | undefined {
-    return this.transports.find((transport) => transport.serves(context));
+    const type = context.getType<string>();
+    return this.transports.find(({ serves: { type: served, rpcContext } }) => {
+      if (served !== type) return false;
+      return !rpcContext || context.switchToRpc().getContext() instanceof rpcContext;
+    });
   }
 }

@@ -2,16 +2,21 @@ import { type ExecutionContext, HttpException } from '@nestjs/common';
 import {
   IdempotencyAccountUnresolvedError,
   IdempotencyBodyUnavailableError,
+  IdempotencyKeyRequiredError,
   IdempotencyMisconfiguredError,
 } from '../../protocol/idempotency.errors.js';
+import type { IdempotentCall } from '../../protocol/idempotency-transport.interface.js';
+import { parseIdempotencyKey } from '../../transport-kit/key-header.js';
+import { PASS_THROUGH_METHODS } from '../http.constants.js';
+import type { RoutePlan } from './route-plans.js';
 import type { IdempotencyPolicy } from '../../protocol/idempotency-policy.js';
 import { resolveAccount } from '../../transport-kit/account-resolution.js';
 import type { FingerprintInput } from '../http-options.interface.js';
 import type { HttpRequest } from '../platforms/http-platform.js';
 import type { OnceLog } from '../../protocol/once-log.js';
 
-// Reading an idempotent HTTP request: its account, its endpoint and what its fingerprint is computed from (its key:
-// transport-kit/key-header.ts, which GraphQL reads too).
+// Reading an idempotent HTTP request, in one pass: its key (transport-kit/key-header.ts, which GraphQL reads too), its
+// account, its endpoint and its fingerprint.
 
 /** The media types Nest's own body parsers read, and so keep raw with `rawBody: true`. */
 const RAW_BODY_MEDIA_TYPES: ReadonlySet<string> = new Set(['application/json', 'application/x-www-form-urlencoded']);
@@ -31,7 +36,7 @@ const RAW_BODY_FIX =
  * The raw body bytes as received; the parsed body is never re-serialized. A body that a parser read, or that
  * Nest's parsers would have read, without its raw bytes is the application's set-up, not the client's fault.
  */
-export function rawBodyOf(request: HttpRequest): Buffer {
+function rawBodyOf(request: HttpRequest): Buffer {
   if (request.rawBody) return request.rawBody;
   const declaresBody =
     Number(request.headers['content-length'] ?? 0) > 0 || request.headers['transfer-encoding'] !== undefined;
@@ -41,8 +46,32 @@ export function rawBodyOf(request: HttpRequest): Buffer {
   throw new IdempotencyBodyUnavailableError(mediaType);
 }
 
+/**
+ * What a request to an idempotent route is claimed by: its key, scope and fingerprint, and how refusals name them; or
+ * `undefined` to let it through (a safe method, or no key where the route does not require one).
+ */
+export async function readClaimTerms(
+  context: ExecutionContext,
+  { policy, http, version }: RoutePlan,
+  request: HttpRequest,
+  log: OnceLog,
+): Promise<IdempotentCall | undefined> {
+  if (PASS_THROUGH_METHODS.has(request.method)) return undefined;
+  const key = parseIdempotencyKey(request.headers[http.headerName.toLowerCase()], http.headerName);
+  if (key === undefined) {
+    if (http.required) throw new IdempotencyKeyRequiredError(`${http.headerName} header`);
+    return undefined;
+  }
+  return {
+    policy,
+    scope: { account: await accountOf(context, request, policy, log), endpoint: endpointOf(request, version), key },
+    fingerprint: http.fingerprint(fingerprintInputOf(request, log)),
+    terms: { key: http.headerName, usedWith: 'request (method, path, query or body)' },
+  };
+}
+
 /** What a request's fingerprint is computed from; a set-up problem it reveals is logged once, with its fix. */
-export function fingerprintInputOf(request: HttpRequest, log: OnceLog): FingerprintInput {
+function fingerprintInputOf(request: HttpRequest, log: OnceLog): FingerprintInput {
   try {
     return { method: request.method, url: request.url, contentType: contentTypeOf(request), body: rawBodyOf(request) };
   } catch (error) {
@@ -60,7 +89,7 @@ function contentTypeOf(request: HttpRequest): string {
 }
 
 /** Method plus route template (`POST /v1/charges/:id/refunds`), so parameters do not split one endpoint in many. */
-export function endpointOf(request: HttpRequest, version?: string): string {
+function endpointOf(request: HttpRequest, version?: string): string {
   const template = request.routePath ?? request.url.split('?')[0];
   return version === undefined ? `${request.method} ${template}` : `${request.method} ${template} (version ${version})`;
 }
@@ -70,7 +99,7 @@ export function endpointOf(request: HttpRequest, version?: string): string {
  * public route under a resolver that reads what a guard sets): answered 500 before anything is claimed, and
  * logged once per route with the reason. An `HttpException` it throws (a 401, say) is its answer, and passes.
  */
-export function accountOf(
+function accountOf(
   context: ExecutionContext,
   request: HttpRequest,
   policy: IdempotencyPolicy,
