@@ -38,10 +38,6 @@ export class JetStreamTransport extends MessageTransport<JetStreamContext> {
     transports.register(this);
   }
 
-  protected patternOf(context: JetStreamContext): string {
-    return context.getPattern();
-  }
-
   protected deliveryOf(context: JetStreamContext): MessageDelivery {
     return context.getDelivery();
   }

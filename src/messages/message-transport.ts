@@ -82,7 +82,10 @@ const DEFAULT_CONCURRENCY = 10;
  * acknowledged once its outcome is stored (or replayed), given back to the broker to be redelivered later when its
  * attempt failed or could not claim, and rejected (dead-lettered) when it can never be run.
  */
-export abstract class MessageTransport<Context extends BaseRpcContext> implements IdempotencyTransport<MessageCall> {
+/** A broker's RPC context, as Nest's server hands it to a handler: with the pattern the handler was chosen by. */
+type PatternedContext = BaseRpcContext & { getPattern(): string };
+
+export abstract class MessageTransport<Context extends PatternedContext> implements IdempotencyTransport<MessageCall> {
   protected readonly logger = new Logger('Idempotency');
   private readonly answers = new MessageAnswers(this.logger);
   private readonly plans: HandlerPlans<MessagePlan>;
@@ -131,8 +134,6 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     return this.inHand.concurrency;
   }
 
-  /** The message's pattern, as its handler was chosen by. */
-  protected abstract patternOf(context: Context): string;
   /** The message's delivery: its properties and headers, and how it is settled. */
   protected abstract deliveryOf(context: Context): MessageDelivery;
 
@@ -143,7 +144,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     const [payload, messageContext] = [rpc.getData<unknown>(), rpc.getContext<Context>()];
     const delivery = this.deliveryFor(context, plan.consumer);
     const keyName = keyNameOf(this.options.key);
-    const pattern = this.patternOf(messageContext);
+    const pattern = messageContext.getPattern();
     const key = this.keyOf(payload, messageContext, delivery, keyName);
     if (key === undefined) {
       if (this.options.withoutKey === 'reject') throw new IdempotencyKeyRequiredError(keyName);
@@ -288,7 +289,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     call?.endTurn();
     const plan = call?.plan ?? this.plans.planFor(context);
     const delivery = call?.delivery ?? this.deliveryFor(context, plan?.consumer ?? '');
-    const where = call?.scope.endpoint ?? `${this.name} ${this.patternOf(context.switchToRpc().getContext())}`;
+    const where = call?.scope.endpoint ?? `${this.name} ${context.switchToRpc().getContext<Context>().getPattern()}`;
     return this.answers.refused({ request: plan?.request ?? false, delivery, where }, error);
   }
 
@@ -302,7 +303,7 @@ export abstract class MessageTransport<Context extends BaseRpcContext> implement
     if (!settlement) {
       const delivery = new SettledOnce(this.deliveryOf(messageContext), this.logger);
       this.eventHandlers ??= idempotentEventHandlersByPattern(this.modules, this.reflector, this.nestTransport);
-      const expected = this.eventHandlers.get(patternKey(this.patternOf(messageContext))) ?? new Set<string>();
+      const expected = this.eventHandlers.get(patternKey(messageContext.getPattern())) ?? new Set<string>();
       const taken: MessageSettlement = new MessageSettlement(
         delivery,
         expected,

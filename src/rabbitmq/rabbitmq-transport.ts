@@ -37,10 +37,6 @@ export class RabbitMQTransport extends MessageTransport<RmqContext> {
     warnUnboundedPrefetch(modules, this.logger, this.concurrency);
   }
 
-  protected patternOf(context: RmqContext): string {
-    return context.getPattern();
-  }
-
   protected deliveryOf(context: RmqContext): RabbitMQDelivery {
     return new RabbitMQDelivery(context);
   }
