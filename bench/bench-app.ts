@@ -8,6 +8,7 @@ import { Idempotent, IdempotencyModule } from '../src/index.js';
 import { IdempotencyPostgresModule, PostgresIdempotencyContext } from '../src/postgres/index.js';
 import { PLATFORMS, type Platform } from '../test/support/platforms.js';
 import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
+import { BenchCountersController } from './bench-counters.js';
 
 /** The same charge insert behind three routes: without the module, in standard mode, in transactional mode. */
 @Controller('bench')
@@ -44,13 +45,17 @@ class BenchController {
     benchDatabase(),
     IdempotencyModule.forRoot({
       // BENCH_TRANSACTION_POOLER=on: DATABASE_URL goes through PgBouncer in transaction mode (the rows through it).
-      store: IdempotencyPostgresModule.forRoot({ transactionPooler: process.env.BENCH_TRANSACTION_POOLER === 'on' }),
+      // BENCH_BATCHING=off: a statement per request, as before coalesced statements.
+      store: IdempotencyPostgresModule.forRoot({
+        transactionPooler: process.env.BENCH_TRANSACTION_POOLER === 'on',
+        ...(process.env.BENCH_BATCHING === 'off' ? { batching: false as const } : {}),
+      }),
       accountResolver: () => 'bench',
       // BENCH_REPLAY_CACHE=off: every replay reads the database, as on an instance that has not seen the key.
       ...(process.env.BENCH_REPLAY_CACHE === 'off' ? { replayCache: false as const } : {}),
     }),
   ],
-  controllers: [BenchController],
+  controllers: [BenchController, BenchCountersController],
 })
 class BenchModule {}
 

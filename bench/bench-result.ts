@@ -10,6 +10,13 @@ export interface Measure {
   statuses: Record<string, number>;
   /** The server's checkpoints that ended during the measured seconds (each of all rounds, summed in a result). */
   checkpoints: number;
+  /**
+   * The statements the app's idempotency store sent per request (each one round trip to PostgreSQL): 0 for a route
+   * without the module, null where the app's store does not count them (the peer's, the consumer's).
+   */
+  roundTripsPerRequest: number | null;
+  /** The app process's CPU time per request, in microseconds: steadier than a rate on a shared machine. Null for the consumer rows. */
+  cpuMicrosPerRequest: number | null;
 }
 
 export interface BenchResult extends Measure {

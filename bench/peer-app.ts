@@ -5,6 +5,7 @@ import { InjectDataSource } from '@nestjs/typeorm';
 import { Idempotent, NodeIdempotencyModule, StorageAdapterEnum } from '@node-idempotency/nestjs';
 import type { DataSource } from 'typeorm';
 import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
+import { BenchCountersController } from './bench-counters.js';
 
 /**
  * The peer bench app: the bench app's charge insert (same table, same database) guarded by the most used Nest
@@ -36,7 +37,7 @@ class PeerController {
       cacheTTLMS: 60 * 60 * 1000,
     }),
   ],
-  controllers: [PeerController],
+  controllers: [PeerController, BenchCountersController],
 })
 class PeerModule {}
 

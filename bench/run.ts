@@ -11,6 +11,7 @@ import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sampl
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
 import type { BenchResult, Measure } from './bench-result.js';
+import type { BenchCounters } from './bench-counters.js';
 import { renderChart } from './chart.js';
 import { checkTargets, formatTargets } from './targets.js';
 import {
@@ -59,14 +60,15 @@ interface Config {
   connections: number;
   keys: Keys;
   /**
-   * Which app: on Express, on an empty records table, the same without its replay cache, or on a table holding
+   * Which app: on Express, on an empty records table, the same without its replay cache or without coalesced
+   * statements (`batching: false`), or on a table holding
    * SCALE_RECORDS records; or on Fastify, on the same database as the first; or the peer app (`peer-app.ts`, on
    * Express, on the same database as the first, its records in Redis); or on Express, on the first one's database
    * through PgBouncer in transaction mode, with `transactionPooler: true`; or the consumer app (`consumer-app.ts`, on
    * the same database as the first), whose rows are messages through RabbitMQ (`path` is then the pattern, and
    * `connections` the prefetch).
    */
-  target: 'empty' | 'uncached' | 'large' | 'fastify' | 'peer' | 'pgbouncer' | 'consumer';
+  target: 'empty' | 'uncached' | 'unbatched' | 'large' | 'fastify' | 'peer' | 'pgbouncer' | 'consumer';
   platform: Platform;
   /** The baseline it is compared with: its own platform's. */
   baseline: string;
@@ -91,9 +93,17 @@ const expressConfigs: Omit<Config, 'platform'>[] = [
         target: 'empty',
         baseline,
       },
-      // The same new-key run against a table of a million records, right after the one on an empty table.
+      // The same new-key run against a table of a million records, and one without coalesced statements.
       ...(connections === 64
         ? [
+            {
+              name: 'standard, new keys, a statement each',
+              path: '/bench/standard',
+              connections,
+              keys: 'new',
+              target: 'unbatched',
+              baseline,
+            } satisfies Omit<Config, 'platform'>,
             {
               name: `standard, new keys, ${SCALE_RECORDS.toLocaleString('en')} records`,
               path: '/bench/standard',
@@ -311,6 +321,7 @@ async function measure(
     one: () => oneKey,
   };
   const checkpointsBefore = await checkpoints();
+  const countersBefore = await countersOf(app);
   const result = await autocannon({
     url: `${app.url}${config.path}`,
     method: 'POST',
@@ -332,6 +343,8 @@ async function measure(
       (result as unknown as { statusCodeStats: Record<string, { count: number }> }).statusCodeStats ?? {},
     ).map(([status, { count }]) => [status, count]),
   );
+  const countersAfter = await countersOf(app);
+  const requests = Math.max(1, result.requests.total);
   return {
     requestsPerSecond: result.requests.average,
     p50: result.latency.p50,
@@ -340,7 +353,29 @@ async function measure(
     errors: result.errors + result.timeouts,
     statuses,
     checkpoints: (await checkpoints()) - checkpointsBefore,
+    roundTripsPerRequest:
+      countersAfter.statements === null || countersBefore.statements === null
+        ? null
+        : (countersAfter.statements - countersBefore.statements) / requests,
+    cpuMicrosPerRequest: (countersAfter.cpuMicros - countersBefore.cpuMicros) / requests,
   };
+}
+
+/** The app's counters (`bench-counters.ts`), read between rows. */
+async function countersOf(app: RunningApp): Promise<BenchCounters> {
+  const response = await fetch(`${app.url}/bench/counters`);
+  if (!response.ok) throw new Error(`GET /bench/counters answered ${response.status}`);
+  return (await response.json()) as BenchCounters;
+}
+
+/** The rows in a random order: no row always follows the same neighbour, whose load it would inherit. */
+function shuffled<T>(rows: readonly T[]): T[] {
+  const order = [...rows];
+  for (let i = order.length - 1; i > 0; i -= 1) {
+    const j = Math.floor(Math.random() * (i + 1));
+    [order[i], order[j]] = [order[j], order[i]];
+  }
+  return order;
 }
 
 /**
@@ -367,6 +402,8 @@ async function measureConsumer(
       Object.entries({ rejected: run.rejected, requeued: run.requeued }).filter(([, count]) => count > 0),
     ),
     checkpoints: (await checkpoints()) - checkpointsBefore,
+    roundTripsPerRequest: null,
+    cpuMicrosPerRequest: null,
   };
 }
 
@@ -437,7 +474,14 @@ function aggregate(config: Config, measures: Measure[]): Omit<BenchResult, 'rati
     errors: measures.reduce((sum, m) => sum + m.errors, 0),
     statuses,
     checkpoints: measures.reduce((sum, m) => sum + m.checkpoints, 0),
+    roundTripsPerRequest: meanOrNull(measures.map((m) => m.roundTripsPerRequest)),
+    cpuMicrosPerRequest: meanOrNull(measures.map((m) => m.cpuMicrosPerRequest)),
   };
+}
+
+function meanOrNull(values: (number | null)[]): number | null {
+  const known = values.filter((value): value is number => value !== null);
+  return known.length === 0 ? null : known.reduce((sum, value) => sum + value, 0) / known.length;
 }
 
 function printTable(results: BenchResult[]): void {
@@ -451,6 +495,8 @@ function printTable(results: BenchResult[]): void {
     r.max.toFixed(0),
     String(r.errors),
     String(r.checkpoints),
+    r.roundTripsPerRequest === null ? '-' : r.roundTripsPerRequest.toFixed(2),
+    r.cpuMicrosPerRequest === null ? '-' : r.cpuMicrosPerRequest.toFixed(0),
     Object.entries(r.statuses)
       .filter(([status]) => !status.startsWith('2'))
       .map(([status, count]) => `${status}: ${count}`)
@@ -466,6 +512,8 @@ function printTable(results: BenchResult[]): void {
     'max ms',
     'errors',
     'checkpoints',
+    'trips/req',
+    'CPU us/req',
     'non-2xx',
   ];
   const widths = header.map((title, i) => Math.max(title.length, ...rows.map((row) => row[i].length)));
@@ -545,6 +593,7 @@ async function main(): Promise<void> {
   const env: Record<Config['target'], () => Record<string, string>> = {
     empty: () => ({ DATABASE_URL: databases.empty.url }),
     uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
+    unbatched: () => ({ DATABASE_URL: databases.empty.url, BENCH_BATCHING: 'off' }),
     large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
     fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
     pgbouncer: () => ({ DATABASE_URL: throughPgBouncer(databases.empty.url), BENCH_TRANSACTION_POOLER: 'on' }),
@@ -606,7 +655,7 @@ async function main(): Promise<void> {
     }
     const measures = new Map<Config, Measure[]>(configs.map((config) => [config, []]));
     for (let round = 1; round <= ROUNDS; round += 1) {
-      for (const config of configs) {
+      for (const config of shuffled(configs)) {
         process.stdout.write(`round ${round}/${ROUNDS}: ${id(config)}…\n`);
         // One second of the same load first, not measured: the other configurations, on the other database,
         // have pushed this one's pages out of PostgreSQL's shared buffers, which a service under steady load
@@ -663,7 +712,7 @@ async function main(): Promise<void> {
     if (pgbouncerSkipped) console.log(`Rows ${PGBOUNCER} skipped: ${pgbouncerSkipped}`);
     if (consumersSkipped) console.log(`${CONSUMER_NAME} rows skipped: ${consumersSkipped}`);
     const targetChecks = checkTargets(results, peerSkipped);
-    console.log(`\nThe targets of issue #19, measured in this run:\n${formatTargets(targetChecks)}`);
+    console.log(`\nThe targets of issue #31, measured in this run:\n${formatTargets(targetChecks)}`);
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(folder, { recursive: true });
     const run = {

@@ -32,6 +32,18 @@ export interface IdempotencyPostgresOptions {
    * source, or, with `transactionPooler: true`, none (waits poll the record).
    */
   listenConnection?: string | ClientConfig;
+  /**
+   * Claims, stored outcomes and releases of attempts without a transaction (standard mode) that are made at the same
+   * moment go to PostgreSQL together, one statement for many records (like a group commit): one made while
+   * `maxInFlight` statements of its kind are in flight waits for one of them to return, and goes out with every other
+   * made meanwhile, up to `maxBatchSize`. One made when fewer are in flight goes out at once, as it is: no timer, and
+   * no latency added at low load. Each request still gets its own record's answer, and a statement that fails fails
+   * each of its requests (503), never claims for another. The batches run on connections of their own, made with the
+   * data source's settings, up to `2 × maxInFlight` beside its pool, so that they never wait behind the handlers'
+   * statements for one. `false`: one statement per request, on the data source's pool.
+   * Default: `{ maxBatchSize: 64, maxInFlight: 2 }`.
+   */
+  batching?: false | { maxBatchSize?: number; maxInFlight?: number };
 }
 
 /** Options of `forRoot()` and `forRootAsync()` that shape the module itself, so they cannot come from a factory. */

@@ -37,6 +37,7 @@ import { RunTransactionBinding } from './run-transaction-binding.js';
         new PostgresIdempotencyStore(dataSource, settings.tableName, {
           transactionPooler: settings.transactionPooler,
           listenConnection: settings.listenConnection,
+          batching: settings.batching,
         }),
     },
     {

@@ -1,5 +1,6 @@
 import { Logger } from '@nestjs/common';
-import type { ClientConfig, PoolClient, QueryConfig } from 'pg';
+import { metrics } from '@opentelemetry/api';
+import type { ClientConfig, Pool, PoolClient, PoolConfig, QueryConfig } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
@@ -19,7 +20,9 @@ import { type HolderOpening, scopeLockKey, startTransactionLocking } from './hol
 import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.interface.js';
 import { quoteTableName } from './postgres-identifiers.js';
 import { discardConnection, PostgresStoreTransaction } from './postgres-store-transaction.js';
-import { clientConfig } from './postgres-options.js';
+import { clientConfig, DEFAULT_BATCH_LIMITS } from './postgres-options.js';
+import { type BatchLimits, RecordBatches } from './record-batches.js';
+import { IDEMPOTENCY_INSTRUMENTATION_NAME } from '../protocol/idempotency-telemetry.js';
 import { heldRecordStatement, RecordPolling } from './record-polling.js';
 import {
   changeChannel,
@@ -48,7 +51,19 @@ import { TransactionSlots } from './transaction-slots.js';
 const CLAIM_ATTEMPTS = 5;
 
 /** How the store meets a transaction pooler: `IdempotencyPostgresOptions`' `transactionPooler` and `listenConnection`. */
-export type PostgresStoreConnectionOptions = Pick<IdempotencyPostgresOptions, 'transactionPooler' | 'listenConnection'>;
+export type PostgresStoreConnectionOptions = Pick<
+  IdempotencyPostgresOptions,
+  'transactionPooler' | 'listenConnection'
+> & {
+  /** See `IdempotencyPostgresOptions.batching`. Default: `DEFAULT_BATCH_LIMITS`. */
+  batching?: BatchLimits | false;
+};
+
+/**
+ * An outcome whose body is larger goes out in a statement of its own: a batch carries bodies as text in an array
+ * (twice their size), where a statement of its own sends them as bytes.
+ */
+const BATCHED_BODY_BYTES = 64 * 1024;
 
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
@@ -63,6 +78,17 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private holderTransactions: boolean;
   /** The records table's OID, from which scope lock keys are derived; fetched once, at first use. */
   private tableOid?: Promise<string>;
+  /** Standard attempts' claims, outcomes and releases, coalesced; none with `batching: false`. */
+  private readonly batches?: RecordBatches;
+  /** The connections the batches run on (`batchConnection`); as many as the claims' and outcomes' in flight. */
+  private readonly batchConnections: number = 0;
+  private batchPool?: Pool;
+  private sent = 0;
+
+  /** The statements this store has sent, each one round trip: what a benchmark divides by its requests. */
+  get statementsSent(): number {
+    return this.sent;
+  }
 
   /**
    * Transactional attempts that run at once, each on a pooled connection of its own: the transaction slots (the
@@ -97,6 +123,25 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       (isolationLevel === undefined || /^READ (UN)?COMMITTED$/i.test(isolationLevel));
     this.statements = recordStatements(tableName, channel);
     this.namedStatements = options.transactionPooler !== true;
+    const batching = options.batching ?? DEFAULT_BATCH_LIMITS;
+    if (batching !== false) {
+      this.batchConnections = 2 * batching.maxInFlight;
+      // Acquired with the store, as the module's other instruments are (the API proxies no meter registered later).
+      const batchSize = metrics
+        .getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME)
+        .createHistogram('idempotency.store.batch.size', {
+          unit: '{record}',
+          description:
+            'Records per statement of the coalesced claims, outcomes and releases, by idempotency.store.operation.',
+          advice: { explicitBucketBoundaries: [1, 2, 4, 8, 16, 32, 64, 128] },
+        });
+      this.batches = new RecordBatches(
+        this.statements,
+        (statement, values) => this.query(statement, values, undefined, 'batches'),
+        batching,
+        (operation, size) => batchSize.record(size, { 'idempotency.store.operation': operation }),
+      );
+    }
     if (options.listenConnection !== undefined) {
       this.listenConnection = clientConfig(options.listenConnection);
       this.outcomeWaits = new ChangeListener(
@@ -126,18 +171,22 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const heldLock = holder === undefined ? undefined : ownTransaction(holder).heldLock;
     const lockedBy = heldLock?.key === lockKey && !holder?.connectionLost ? heldLock.lockedBy : null;
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
-      const rows = await this.query<ClaimRow>(this.statements.claim, [
-        scope.account,
-        scope.endpoint,
-        scope.key,
-        fingerprint,
-        attempt,
-        timing.leaseSeconds,
-        timing.ttlSeconds,
-        lockedBy,
-        lockKey,
-      ]);
-      const [row] = rows;
+      const row =
+        holder === undefined && this.batches
+          ? await this.batches.claim({ scope, fingerprint, attempt, timing, lockKey })
+          : (
+              await this.query<ClaimRow>(this.statements.claim, [
+                scope.account,
+                scope.endpoint,
+                scope.key,
+                fingerprint,
+                attempt,
+                timing.leaseSeconds,
+                timing.ttlSeconds,
+                lockedBy,
+                lockKey,
+              ])
+            )[0];
       if (!row) continue;
       if (row.claimed) return { claimed: true, takeover: row.takeover === true };
       return { claimed: false, existing: toExistingRecord(row) };
@@ -156,6 +205,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     ttlSeconds: number,
     transaction?: StoreTransaction,
   ): Promise<boolean> {
+    if (!transaction && this.batches && response.body.length <= BATCHED_BODY_BYTES) {
+      return this.batches.complete({ scope, attempt }, response, ttlSeconds);
+    }
     const parameters = [
       scope.account,
       scope.endpoint,
@@ -170,6 +222,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
+    if (this.batches) return this.batches.release({ scope, attempt });
     return (await this.count(this.statements.release, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
   }
 
@@ -322,6 +375,23 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   /** Stops listening for changes, giving the listening connection back to the pool (or closing its own). */
   async close(): Promise<void> {
     await this.outcomeWaits.close();
+    await this.batchPool?.end();
+  }
+
+  /**
+   * A connection of the batches' own pool, made at the first batch with the data source's connection settings: a
+   * batch never waits behind the handlers' statements for one of the data source's connections, which at full load
+   * would hold every request of the batch for the whole queue.
+   */
+  private async batchConnection(): Promise<[PoolClient, (discard?: Error) => void]> {
+    if (!this.batchPool) {
+      const master = (this.dataSource.driver as PostgresDriver).master as Pool & { options: PoolConfig };
+      const PoolClass = master.constructor as new (config: PoolConfig) => Pool;
+      this.batchPool = new PoolClass({ ...master.options, min: 0, max: this.batchConnections });
+      this.batchPool.on('error', () => undefined); // an idle connection lost: the next batch opens another
+    }
+    const client = await this.batchPool.connect();
+    return [client, (discard) => client.release(discard)];
   }
 
   /** node-postgres's `Client`, as TypeORM loaded it for the data source. */
@@ -339,26 +409,40 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
    * it once per connection instead of at every request; behind a transaction pooler, unnamed (parsed every time),
    * since the pooler's next server connection may not have it, or have another client's of that name.
    */
-  private async query<Row>(statement: Statement, values: unknown[], transaction?: StoreTransaction): Promise<Row[]> {
+  private async query<Row>(
+    statement: Statement,
+    values: unknown[],
+    transaction?: StoreTransaction,
+    connections: 'pool' | 'batches' = 'pool',
+  ): Promise<Row[]> {
     try {
       return await this.send<Row>(
         this.namedStatements ? { ...statement, values } : { text: statement.text, values },
         transaction,
+        connections,
       );
     } catch (error) {
       throw (this.namedStatements && namedStatementFailure(error)) || error;
     }
   }
 
-  private async send<Row>(config: QueryConfig, transaction?: StoreTransaction): Promise<Row[]> {
+  private async send<Row>(
+    config: QueryConfig,
+    transaction?: StoreTransaction,
+    connections: 'pool' | 'batches' = 'pool',
+  ): Promise<Row[]> {
+    this.sent += 1;
     if (transaction) {
       const client = ownTransaction(transaction).connection as PoolClient;
       return (await client.query(config)).rows as Row[];
     }
-    const [client, release] = (await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [
-      PoolClient,
-      (discard?: Error) => void,
-    ];
+    const [client, release] =
+      connections === 'batches'
+        ? await this.batchConnection()
+        : ((await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [
+            PoolClient,
+            (discard?: Error) => void,
+          ]);
     // A checked-out client has no error listener of the pool's: a lost connection must not crash the process.
     let lost: Error | undefined;
     const onError = (error: Error) => (lost = error);

@@ -11,6 +11,10 @@ export interface RecordStatements {
   release: Statement;
   markAwaited: Statement;
   purge: Statement;
+  /** The same claims, completions and releases of standard attempts, many records in one statement each. */
+  claimBatch: Statement;
+  completeBatch: Statement;
+  releaseBatch: Statement;
 }
 
 /** The channel completing or releasing a record of `tableName` notifies; fixed-length: identifiers stop at 63 bytes. */
@@ -123,10 +127,98 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       AND expires_at <= now()
     RETURNING 1`),
   );
-  return { claim, renew, complete, release, markAwaited, purge };
+  return { claim, renew, complete, release, markAwaited, purge, ...batchStatements(table, channel) };
+}
+
+/**
+ * The statements of a batch (`record-batches.ts`): one row of arrays in, one answer per item out, each tagged with
+ * its item's position (`ord`, from 1). Only attempts without a holder transaction are batched: none holds a scope's
+ * lock, so a claim frees a lock_held record by the probe alone. Claims take their rows in the order of their scopes,
+ * as every batch does, so that two batches (of this process or another) never wait for each other in a cycle.
+ */
+function batchStatements(
+  table: string,
+  channel: string,
+): Pick<RecordStatements, 'claimBatch' | 'completeBatch' | 'releaseBatch'> {
+  const sameScope = (a: string, b: string) =>
+    `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
+  const takeable = (row: string, fingerprint: string, lockKey: string) =>
+    `${row}.status = 'in_progress' AND ${row}.fingerprint = ${fingerprint}
+     AND (${row}.locked_until <= now() OR (${row}.lock_held AND pg_try_advisory_xact_lock(${lockKey})))`;
+  const claimBatch = prepared(`
+    WITH input AS (
+      SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::float8[], $7::float8[],
+                           $8::bigint[])
+        WITH ORDINALITY AS i(account, endpoint, idempotency_key, fingerprint, attempt, lease, ttl, lock_key, ord)
+    ),
+    current AS (
+      SELECT i.ord, r.fingerprint, r.status, r.response_status, r.response_headers, r.response_body,
+             extract(epoch FROM r.expires_at - now())::float8 AS expires_in,
+             r.expires_at > now() AND NOT (${takeable('r', 'i.fingerprint', 'i.lock_key')}) AS holds
+      FROM input i JOIN ${table} r ON ${sameScope('r', 'i')}
+    ),
+    claimed AS (
+      INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
+                                 created_at, locked_until, expires_at, lock_held)
+      SELECT i.account, i.endpoint, i.idempotency_key, i.fingerprint, 'in_progress', i.attempt, 1, now(),
+             now() + make_interval(secs => i.lease), now() + make_interval(secs => i.lease + i.ttl), false
+      FROM input i
+      WHERE NOT EXISTS (SELECT 1 FROM current c WHERE c.ord = i.ord AND c.holds)
+      ORDER BY i.account, i.endpoint, i.idempotency_key
+      ON CONFLICT (account, endpoint, idempotency_key) DO UPDATE SET
+        fingerprint = EXCLUDED.fingerprint, status = 'in_progress', attempt = EXCLUDED.attempt,
+        attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
+        created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
+        completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
+        awaited = r.awaited AND r.status = 'in_progress', lock_held = false
+      WHERE r.expires_at <= now()
+         OR (${takeable('r', 'EXCLUDED.fingerprint', `(SELECT i.lock_key FROM input i WHERE ${sameScope('i', 'r')})`)})
+      RETURNING r.account, r.endpoint, r.idempotency_key, attempts > 1 AS takeover
+    )
+    SELECT i.ord, true AS claimed, c.takeover, NULL::text AS fingerprint, NULL::text AS status,
+           NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
+           NULL::float8 AS expires_in
+    FROM claimed c JOIN input i ON ${sameScope('c', 'i')}
+    UNION ALL
+    SELECT c.ord, false, NULL, c.fingerprint, c.status, c.response_status, c.response_headers, c.response_body,
+           c.expires_in
+    FROM current c JOIN input i ON i.ord = c.ord
+    WHERE c.holds AND NOT EXISTS (SELECT 1 FROM claimed x WHERE ${sameScope('x', 'i')})`);
+  // Each changed row notifies the attempts waiting for it, as a single completion or release does.
+  const notifyingChanged = (statement: string) => `WITH changed AS (${statement})
+    SELECT changed.ord FROM changed
+    LEFT JOIN LATERAL (
+      SELECT pg_notify('${channel}', md5(changed.account || chr(10) || changed.endpoint || chr(10) ||
+                                         changed.idempotency_key))
+      WHERE changed.awaited
+    ) AS each_row ON true`;
+  const completeBatch = prepared(
+    notifyingChanged(`
+    UPDATE ${table} AS r
+    SET status = 'completed', response_status = i.response_status, response_headers = i.response_headers::jsonb,
+        response_body = i.response_body, completed_at = completion.at, locked_until = NULL,
+        expires_at = completion.at + make_interval(secs => i.ttl), lock_held = false
+    FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::smallint[], $6::text[], $7::bytea[], $8::float8[])
+           WITH ORDINALITY AS i(account, endpoint, idempotency_key, attempt, response_status, response_headers,
+                                response_body, ttl, ord),
+         (SELECT clock_timestamp() AS at) AS completion
+    WHERE ${sameScope('r', 'i')} AND r.attempt = i.attempt AND r.status = 'in_progress'
+    RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key`),
+  );
+  const releaseBatch = prepared(
+    notifyingChanged(`
+    DELETE FROM ${table} AS r
+    USING unnest($1::text[], $2::text[], $3::text[], $4::uuid[])
+            WITH ORDINALITY AS i(account, endpoint, idempotency_key, attempt, ord)
+    WHERE ${sameScope('r', 'i')} AND r.attempt = i.attempt AND r.status = 'in_progress'
+    RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key`),
+  );
+  return { claimBatch, completeBatch, releaseBatch };
 }
 
 export interface ClaimRow {
+  /** In a batch's answer: the item's position in the batch, from 1. */
+  ord?: string;
   claimed: boolean;
   takeover: boolean | null;
   fingerprint: string | null;

@@ -1,6 +1,7 @@
 import {
   type Attributes,
   type Counter,
+  createNoopMeter,
   type Histogram,
   metrics,
   type Span,
@@ -81,9 +82,15 @@ export class IdempotencyTelemetry {
   /** The transport each claim was made for: its finalize, in the background too, is counted under it. */
   private readonly claimAttributes = new WeakMap<IdempotencyClaim, Attributes>();
   private readonly runs = new WeakMap<IdempotencyRun, RunTiming>();
+  /**
+   * Whether a meter provider was registered before the module started: without one, store calls are not timed at all
+   * (timing them for a no-op histogram cost microseconds a request).
+   */
+  readonly measuresStore: boolean;
 
   constructor() {
     const meter = metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME);
+    this.measuresStore = Object.getPrototypeOf(meter) !== Object.getPrototypeOf(createNoopMeter());
     this.tracer = trace.getTracer(IDEMPOTENCY_INSTRUMENTATION_NAME);
     this.outcomes = meter.createCounter('idempotency.outcomes', {
       unit: '{outcome}',

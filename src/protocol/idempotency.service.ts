@@ -55,14 +55,14 @@ export class IdempotencyService {
   private readonly decisions: ClaimDecision;
   /** The module's metrics and spans (no-ops without an OpenTelemetry SDK). */
   private readonly telemetry = new IdempotencyTelemetry();
-  /** The store, each operation timed. */
+  /** The store, each operation timed when a meter provider is registered. */
   private readonly store: IdempotencyStore;
 
   constructor(
     @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions,
   ) {
-    store = this.store = timedStore(store, this.telemetry);
+    store = this.store = this.telemetry.measuresStore ? timedStore(store, this.telemetry) : store;
     this.modulePolicy = resolvePolicy(options);
     checkTenancy(options);
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options).batchSize);

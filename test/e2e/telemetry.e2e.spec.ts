@@ -131,6 +131,12 @@ it('counts a new call, its stored outcome, its replay from memory and a key reus
     (point) => point.attributes['idempotency.store.operation'],
   );
   expect(storeOperations).toEqual(expect.arrayContaining(['claim', 'complete']));
+  // The PostgreSQL store's statements, each with the records it carried: one claim and one outcome of one record.
+  const batches = await telemetry.points('idempotency.store.batch.size');
+  const batchOf = (operation: string) =>
+    batches.find((point) => point.attributes['idempotency.store.operation'] === operation)?.value;
+  expect(batchOf('claim')).toEqual(expect.objectContaining({ count: 1, sum: 1 }));
+  expect(batchOf('complete')).toEqual(expect.objectContaining({ count: 1, sum: 1 }));
 
   const spans = telemetry.finishedSpans().filter((span) => matches(span.attributes, http('charge')));
   expect(spans.map((span) => [span.name, span.attributes['idempotency.outcome']])).toEqual([

@@ -78,7 +78,8 @@ describeThroughPgBouncer('PostgresIdempotencyStore through PgBouncer in transact
   describe('without transactionPooler', () => {
     it('fails concurrent claims on named prepared statements, and the error names transactionPooler: true', async () => {
       // Ten pooled clients on PgBouncer's four server connections: a statement one client prepared is met by another.
-      const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records');
+      // A statement per claim: coalesced, 32 claims would share a few statements, on a few connections.
+      const store = new PostgresIdempotencyStore(await pooledDataSource(), 'idempotency_records', { batching: false });
       try {
         const results = await Promise.allSettled(
           Array.from({ length: 32 }, () => store.claim(newScope(), 'fp', randomUUID(), LONG)),

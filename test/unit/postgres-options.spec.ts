@@ -8,6 +8,7 @@ describe('resolvePostgresSettings', () => {
       enlist: false,
       onEscape: 'log',
       transactionPooler: false,
+      batching: { maxBatchSize: 64, maxInFlight: 2 },
     });
   });
 
@@ -52,5 +53,23 @@ describe('resolvePostgresSettings', () => {
         `listenConnection must be a postgres:// URL or a node-postgres ClientConfig, got ${got}`,
       );
     }
+  });
+
+  it('coalesces statements by default, takes bounds or false, and refuses what is neither', () => {
+    expect(resolvePostgresSettings({}).batching).toEqual({ maxBatchSize: 64, maxInFlight: 2 });
+    expect(resolvePostgresSettings({ batching: { maxInFlight: 1 } }).batching).toEqual({
+      maxBatchSize: 64,
+      maxInFlight: 1,
+    });
+    expect(resolvePostgresSettings({ batching: false }).batching).toBe(false);
+    expect(() => resolvePostgresSettings({ batching: { maxBatchSize: 0 } })).toThrow(
+      /batching.maxBatchSize must be a positive integer, got the number 0/,
+    );
+    expect(() => resolvePostgresSettings({ batching: { maxInFlight: 1.5 } })).toThrow(
+      /batching.maxInFlight must be a positive integer/,
+    );
+    expect(() => resolvePostgresSettings({ batching: true as unknown as false })).toThrow(
+      /batching must be false or \{ maxBatchSize, maxInFlight \}, got the boolean true/,
+    );
   });
 });

@@ -1,0 +1,22 @@
+import { Controller, Get, Inject, Optional } from '@nestjs/common';
+import { IDEMPOTENCY_STORE } from '../src/store/index.js';
+
+/** What a bench app has spent so far, read before and after each row: per request, the numbers a row reports. */
+export interface BenchCounters {
+  /** The app process's CPU time (user and system), in microseconds. */
+  cpuMicros: number;
+  /** The statements its idempotency store has sent (each one round trip); null for an app without one that counts. */
+  statements: number | null;
+}
+
+/** `GET /bench/counters`: the app's counters, for the bench to read between its rows (never during one). */
+@Controller('bench')
+export class BenchCountersController {
+  constructor(@Optional() @Inject(IDEMPOTENCY_STORE) private readonly store?: { statementsSent?: number }) {}
+
+  @Get('counters')
+  counters(): BenchCounters {
+    const { user, system } = process.cpuUsage();
+    return { cpuMicros: user + system, statements: this.store?.statementsSent ?? null };
+  }
+}
