@@ -1,6 +1,5 @@
 import { Logger } from '@nestjs/common';
-import { metrics } from '@opentelemetry/api';
-import type { ClientConfig, Pool, PoolClient, PoolConfig, QueryConfig } from 'pg';
+import type { ClientConfig, Pool, QueryConfig } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
@@ -21,15 +20,16 @@ import type { IdempotencyPostgresOptions } from './idempotency-postgres-options.
 import { quoteTableName } from './postgres-identifiers.js';
 import { discardConnection, PostgresStoreTransaction } from './postgres-store-transaction.js';
 import { clientConfig, DEFAULT_BATCH_LIMITS } from './postgres-options.js';
-import { type BatchLimits, RecordBatches } from './record-batches.js';
-import { IDEMPOTENCY_INSTRUMENTATION_NAME } from '../protocol/idempotency-telemetry.js';
+import { type BatchedClaim, type BatchedCompletion, type BatchLimits, RecordBatches } from './record-batches.js';
+import { BatchConnections } from './batch-connections.js';
+import { ownTransaction } from './postgres-store-transaction.js';
+import { StoreStatements } from './store-statements.js';
 import { heldRecordStatement, RecordPolling } from './record-polling.js';
 import {
   changeChannel,
   type ClaimRow,
   type RecordStatements,
   recordStatements,
-  type Statement,
   toExistingRecord,
 } from './record-statements.js';
 import { checkRecordsTable } from './records-table-check.js';
@@ -37,7 +37,6 @@ import {
   type ClientClass,
   dataSourceBehindPoolerError,
   listenConnectionBehindPoolerError,
-  namedStatementFailure,
   sharedBackend,
 } from './transaction-pooler.js';
 import { TransactionSlots } from './transaction-slots.js';
@@ -80,14 +79,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private tableOid?: Promise<string>;
   /** Standard attempts' claims, outcomes and releases, coalesced; none with `batching: false`. */
   private readonly batches?: RecordBatches;
-  /** The connections the batches run on (`batchConnection`); as many as the claims' and outcomes' in flight. */
-  private readonly batchConnections: number = 0;
-  private batchPool?: Pool;
-  private sent = 0;
+  /** The connections the batches run on, as many as the claims' and outcomes' in flight. */
+  private readonly batchConnections?: BatchConnections;
+  /** How its statements are sent, and how many have been. */
+  private readonly statementsOf: StoreStatements;
 
   /** The statements this store has sent, each one round trip: what a benchmark divides by its requests. */
   get statementsSent(): number {
-    return this.sent;
+    return this.statementsOf.count;
   }
 
   /**
@@ -125,23 +124,23 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.namedStatements = options.transactionPooler !== true;
     const batching = options.batching ?? DEFAULT_BATCH_LIMITS;
     if (batching !== false) {
-      this.batchConnections = 2 * batching.maxInFlight;
-      // Acquired with the store, as the module's other instruments are (the API proxies no meter registered later).
-      const batchSize = metrics
-        .getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME)
-        .createHistogram('idempotency.store.batch.size', {
-          unit: '{record}',
-          description:
-            'Records per statement of the coalesced claims, outcomes and releases, by idempotency.store.operation.',
-          advice: { explicitBucketBoundaries: [1, 2, 4, 8, 16, 32, 64, 128] },
-        });
+      this.batchConnections = new BatchConnections(
+        () => (this.dataSource.driver as PostgresDriver).master as Pool,
+        2 * batching.maxInFlight,
+        this.namedStatements,
+      );
       this.batches = new RecordBatches(
         this.statements,
-        (statement, values) => this.query(statement, values, undefined, 'batches'),
+        (statement, values) => this.statementsOf.query(statement, values, undefined, 'batches'),
+        {
+          claim: (claim) => this.claimAlone(claim, null),
+          complete: (completion) => this.completeAlone(completion),
+          release: (claim) => this.releaseAlone(claim),
+        },
         batching,
-        (operation, size) => batchSize.record(size, { 'idempotency.store.operation': operation }),
       );
     }
+    this.statementsOf = new StoreStatements(dataSource, this.namedStatements, this.batchConnections);
     if (options.listenConnection !== undefined) {
       this.listenConnection = clientConfig(options.listenConnection);
       this.outcomeWaits = new ChangeListener(
@@ -151,7 +150,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     } else if (options.transactionPooler === true) {
       const held = heldRecordStatement(tableName);
       this.outcomeWaits = new RecordPolling(
-        async (scope) => (await this.count(held, [scope.account, scope.endpoint, scope.key])) === 1,
+        async (scope) => (await this.statementsOf.changed(held, [scope.account, scope.endpoint, scope.key])) === 1,
       );
     } else {
       this.outcomeWaits = new ChangeListener(channel, dataSourceSession(dataSource, this.transactionSlots));
@@ -170,23 +169,10 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const lockKey = await this.lockKey(scope);
     const heldLock = holder === undefined ? undefined : ownTransaction(holder).heldLock;
     const lockedBy = heldLock?.key === lockKey && !holder?.connectionLost ? heldLock.lockedBy : null;
+    const claim = { scope, fingerprint, attempt, timing, lockKey };
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
       const row =
-        holder === undefined && this.batches
-          ? await this.batches.claim({ scope, fingerprint, attempt, timing, lockKey })
-          : (
-              await this.query<ClaimRow>(this.statements.claim, [
-                scope.account,
-                scope.endpoint,
-                scope.key,
-                fingerprint,
-                attempt,
-                timing.leaseSeconds,
-                timing.ttlSeconds,
-                lockedBy,
-                lockKey,
-              ])
-            )[0];
+        holder === undefined && this.batches ? await this.batches.claim(claim) : await this.claimAlone(claim, lockedBy);
       if (!row) continue;
       if (row.claimed) return { claimed: true, takeover: row.takeover === true };
       return { claimed: false, existing: toExistingRecord(row) };
@@ -196,39 +182,62 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async renew({ scope, attempt }: IdempotencyClaim, timing: ClaimTiming): Promise<boolean> {
     const parameters = [scope.account, scope.endpoint, scope.key, attempt, timing.leaseSeconds, timing.ttlSeconds];
-    return (await this.count(this.statements.renew, parameters)) === 1;
+    return (await this.statementsOf.changed(this.statements.renew, parameters)) === 1;
   }
 
   async complete(
-    { scope, attempt }: IdempotencyClaim,
+    claim: IdempotencyClaim,
     response: StoredResponse,
     ttlSeconds: number,
     transaction?: StoreTransaction,
   ): Promise<boolean> {
     if (!transaction && this.batches && response.body.length <= BATCHED_BODY_BYTES) {
-      return this.batches.complete({ scope, attempt }, response, ttlSeconds);
+      return this.batches.complete({ claim, response, ttlSeconds });
     }
-    const parameters = [
-      scope.account,
-      scope.endpoint,
-      scope.key,
-      attempt,
-      response.status,
-      JSON.stringify(response.headers),
-      response.body,
-      ttlSeconds,
-    ];
-    return (await this.count(this.statements.complete, parameters, transaction)) === 1;
+    return this.completeAlone({ claim, response, ttlSeconds }, transaction);
   }
 
-  async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
-    if (this.batches) return this.batches.release({ scope, attempt });
-    return (await this.count(this.statements.release, [scope.account, scope.endpoint, scope.key, attempt])) === 1;
+  async release(claim: IdempotencyClaim): Promise<boolean> {
+    return this.batches ? this.batches.release(claim) : this.releaseAlone(claim);
+  }
+
+  /** A claim in a statement of its own; `lockedBy`: the scope's lock its holder transaction took, if any. */
+  private async claimAlone(claim: BatchedClaim, lockedBy: string | null): Promise<ClaimRow | undefined> {
+    const { scope, fingerprint, attempt, timing, lockKey } = claim;
+    const [row] = await this.statementsOf.query<ClaimRow>(this.statements.claim, [
+      ...[scope.account, scope.endpoint, scope.key, fingerprint, attempt],
+      ...[timing.leaseSeconds, timing.ttlSeconds, lockedBy, lockKey],
+    ]);
+    return row;
+  }
+
+  private async completeAlone(
+    { claim: { scope, attempt }, response, ttlSeconds }: BatchedCompletion,
+    transaction?: StoreTransaction,
+  ): Promise<boolean> {
+    const parameters = [
+      ...[scope.account, scope.endpoint, scope.key, attempt],
+      ...[response.status, JSON.stringify(response.headers), response.body, ttlSeconds],
+    ];
+    return (await this.statementsOf.changed(this.statements.complete, parameters, transaction)) === 1;
+  }
+
+  private async releaseAlone({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
+    return (
+      (await this.statementsOf.changed(this.statements.release, [
+        scope.account,
+        scope.endpoint,
+        scope.key,
+        attempt,
+      ])) === 1
+    );
   }
 
   async markAwaited(scope: IdempotencyScope): Promise<boolean> {
     if (this.outcomeWaits instanceof RecordPolling) return this.outcomeWaits.markAwaited(scope);
-    return (await this.count(this.statements.markAwaited, [scope.account, scope.endpoint, scope.key])) === 1;
+    return (
+      (await this.statementsOf.changed(this.statements.markAwaited, [scope.account, scope.endpoint, scope.key])) === 1
+    );
   }
 
   waitForChange(
@@ -354,14 +363,19 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /**
-   * `SELECT 1` on a pooled connection within `timeoutMs` (waiting for the pool's connection included; the statement
-   * itself is bounded by the driver's `query_timeout`, and its connection discarded if it times out); then, when
+   * `SELECT 1` on a pooled connection, and on one of the batches' own, within `timeoutMs` (waiting for the pool's
+   * connection included; the statement itself is bounded by the driver's `query_timeout`, and its connection
+   * discarded if it times out): standard claims go through the batches' (until the store is closed); then, when
    * waits listen (not behind a transaction pooler without `listenConnection`, where they poll) and are on, whether the
    * LISTEN connection is up, opened again if it was lost, within what is left of `timeoutMs`.
    */
   async checkHealth(timeoutMs: number, check: StoreHealthCheck = {}): Promise<StoreHealth> {
     const deadline = Date.now() + timeoutMs;
-    const roundTrip = this.send({ text: 'SELECT 1', query_timeout: timeoutMs } as QueryConfig);
+    const probe = { text: 'SELECT 1', query_timeout: timeoutMs } as QueryConfig;
+    const roundTrip = Promise.all([
+      this.statementsOf.send(probe),
+      this.batchConnections?.closed === false ? this.statementsOf.send(probe, undefined, 'batches') : undefined,
+    ]);
     await within(roundTrip, timeoutMs, () => new Error(`the database did not answer within ${timeoutMs} ms`));
     if (this.outcomeWaits instanceof RecordPolling) return {};
     const listening = await this.outcomeWaits.isListening(Math.max(0, deadline - Date.now()), check.listen === true);
@@ -369,99 +383,20 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   purgeExpired(batchSize: number): Promise<number> {
-    return this.count(this.statements.purge, [batchSize]);
+    return this.statementsOf.changed(this.statements.purge, [batchSize]);
   }
 
   /** Stops listening for changes, giving the listening connection back to the pool (or closing its own). */
   async close(): Promise<void> {
-    await this.outcomeWaits.close();
-    await this.batchPool?.end();
-  }
-
-  /**
-   * A connection of the batches' own pool, made at the first batch with the data source's connection settings: a
-   * batch never waits behind the handlers' statements for one of the data source's connections, which at full load
-   * would hold every request of the batch for the whole queue.
-   */
-  private async batchConnection(): Promise<[PoolClient, (discard?: Error) => void]> {
-    if (!this.batchPool) {
-      const master = (this.dataSource.driver as PostgresDriver).master as Pool & { options: PoolConfig };
-      const PoolClass = master.constructor as new (config: PoolConfig) => Pool;
-      this.batchPool = new PoolClass({ ...master.options, min: 0, max: this.batchConnections });
-      this.batchPool.on('error', () => undefined); // an idle connection lost: the next batch opens another
+    try {
+      await this.outcomeWaits.close();
+    } finally {
+      await this.batchConnections?.close();
     }
-    const client = await this.batchPool.connect();
-    return [client, (discard) => client.release(discard)];
   }
 
   /** node-postgres's `Client`, as TypeORM loaded it for the data source. */
   private clientClass(): ClientClass {
     return ((this.dataSource.driver as PostgresDriver).postgres as { Client: ClientClass }).Client;
   }
-
-  private async count(statement: Statement, parameters: unknown[], transaction?: StoreTransaction): Promise<number> {
-    const [{ count }] = await this.query<{ count: number }>(statement, parameters, transaction);
-    return count;
-  }
-
-  /**
-   * Runs a statement on a pooled connection (or the transaction's). As a named prepared statement, PostgreSQL plans
-   * it once per connection instead of at every request; behind a transaction pooler, unnamed (parsed every time),
-   * since the pooler's next server connection may not have it, or have another client's of that name.
-   */
-  private async query<Row>(
-    statement: Statement,
-    values: unknown[],
-    transaction?: StoreTransaction,
-    connections: 'pool' | 'batches' = 'pool',
-  ): Promise<Row[]> {
-    try {
-      return await this.send<Row>(
-        this.namedStatements ? { ...statement, values } : { text: statement.text, values },
-        transaction,
-        connections,
-      );
-    } catch (error) {
-      throw (this.namedStatements && namedStatementFailure(error)) || error;
-    }
-  }
-
-  private async send<Row>(
-    config: QueryConfig,
-    transaction?: StoreTransaction,
-    connections: 'pool' | 'batches' = 'pool',
-  ): Promise<Row[]> {
-    this.sent += 1;
-    if (transaction) {
-      const client = ownTransaction(transaction).connection as PoolClient;
-      return (await client.query(config)).rows as Row[];
-    }
-    const [client, release] =
-      connections === 'batches'
-        ? await this.batchConnection()
-        : ((await (this.dataSource.driver as PostgresDriver).obtainMasterConnection()) as [
-            PoolClient,
-            (discard?: Error) => void,
-          ]);
-    // A checked-out client has no error listener of the pool's: a lost connection must not crash the process.
-    let lost: Error | undefined;
-    const onError = (error: Error) => (lost = error);
-    client.on('error', onError);
-    try {
-      return (await client.query(config)).rows as Row[];
-    } catch (error) {
-      lost ??= error as Error; // the pool discards the connection rather than reuse one in an unknown state
-      throw error;
-    } finally {
-      client.off('error', onError);
-      release(lost);
-    }
-  }
-}
-
-function ownTransaction(transaction: StoreTransaction): PostgresStoreTransaction {
-  if (!(transaction instanceof PostgresStoreTransaction)) {
-    throw new Error('PostgresIdempotencyStore was given a transaction of another store');
-  }
-  return transaction;
 }

@@ -94,3 +94,11 @@ export async function discardConnection(runner: QueryRunner, reason: unknown): P
   const error = reason instanceof Error ? reason : new Error(`connection discarded: ${String(reason)}`);
   await (runner as unknown as DiscardableRunner).releasePostgresConnection(error);
 }
+
+/** `transaction` as this store's own: a transaction of another store is a wiring mistake. */
+export function ownTransaction(transaction: StoreTransaction): PostgresStoreTransaction {
+  if (!(transaction instanceof PostgresStoreTransaction)) {
+    throw new Error('PostgresIdempotencyStore was given a transaction of another store');
+  }
+  return transaction;
+}

@@ -1,3 +1,5 @@
+import { metrics } from '@opentelemetry/api';
+import { IDEMPOTENCY_INSTRUMENTATION_NAME } from '../protocol/idempotency-telemetry.js';
 import type {
   ClaimTiming,
   IdempotencyClaim,
@@ -17,7 +19,7 @@ export interface BatchedClaim {
   lockKey: string;
 }
 
-interface BatchedCompletion {
+export interface BatchedCompletion {
   claim: IdempotencyClaim;
   response: StoredResponse;
   ttlSeconds: number;
@@ -32,6 +34,41 @@ export interface BatchLimits {
 /** Runs one statement on a pooled connection. */
 type StatementRunner = <Row>(statement: Statement, values: unknown[]) => Promise<Row[]>;
 
+/** Each operation of a record alone, in a statement of its own: what a batch falls back to. */
+export interface SingleRecordStatements {
+  claim(claim: BatchedClaim): Promise<ClaimRow | undefined>;
+  complete(completion: BatchedCompletion): Promise<boolean>;
+  release(claim: IdempotencyClaim): Promise<boolean>;
+}
+
+/**
+ * The faults of a batch that may be one item's, not the database's: a value the table refuses (class 21, 22, 23: a
+ * TTL past the timestamps' range, a character the database's encoding lacks), a row lock waited for past the batch's
+ * `lock_timeout` (55P03: a long transaction holds one record), a deadlock (40P01). Its items then go one by one, each
+ * with its own answer, so that one request's record never fails or holds the requests that shared its statement.
+ */
+function isItemFault(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && (/^2[123]/.test(code) || code === '55P03' || code === '40P01');
+}
+
+/**
+ * A batch's answers, or, when it failed by an item's fault, each item's own through `one`, each answered as soon as
+ * it is (an item that waits on a locked record waits alone).
+ */
+async function answeredSeparatelyOnItemFault<Item, Answer>(
+  items: Item[],
+  batch: () => Promise<Answer[]>,
+  one: (item: Item) => Promise<Answer>,
+): Promise<Promise<Answer>[]> {
+  try {
+    return (await batch()).map((answer) => Promise.resolve(answer));
+  } catch (error) {
+    if (!isItemFault(error)) throw error;
+    return items.map(one);
+  }
+}
+
 /**
  * The claims, completions and releases of standard attempts (those without a holder transaction), coalesced: those
  * made while as many of their kind are in flight as `maxInFlight` allows go out together as one statement
@@ -42,55 +79,73 @@ export class RecordBatches {
   private readonly completions: StatementBatches<BatchedCompletion, boolean>;
   private readonly releases: StatementBatches<IdempotencyClaim, boolean>;
 
-  constructor(
-    statements: RecordStatements,
-    run: StatementRunner,
-    limits: BatchLimits,
-    /** Told each batch's size as it goes out. */
-    onBatch: (operation: 'claim' | 'complete' | 'release', size: number) => void,
-  ) {
+  constructor(statements: RecordStatements, run: StatementRunner, single: SingleRecordStatements, limits: BatchLimits) {
+    // Acquired with the store, as the module's other instruments are (the API proxies no meter registered later).
+    const batchSize = metrics
+      .getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME)
+      .createHistogram('idempotency.store.batch.size', {
+        unit: '{record}',
+        description:
+          'Records per statement of the coalesced claims, outcomes and releases, by idempotency.store.operation.',
+        advice: { explicitBucketBoundaries: [1, 2, 4, 8, 16, 32, 64, 128] },
+      });
     const answeredBy = async (operation: 'claim' | 'complete' | 'release', values: unknown[][]) => {
-      onBatch(operation, values[0].length);
+      batchSize.record(values[0].length, { 'idempotency.store.operation': operation });
       return run<{ ord: string } & Partial<ClaimRow>>(statements[`${operation}Batch`], values);
     };
     this.claims = new StatementBatches(
-      async (items) => {
-        const rows = await answeredBy('claim', [
-          ...scopeColumns(items.map(({ scope }) => scope)),
-          items.map(({ fingerprint }) => fingerprint),
-          items.map(({ attempt }) => attempt),
-          items.map(({ timing }) => timing.leaseSeconds),
-          items.map(({ timing }) => timing.ttlSeconds),
-          items.map(({ lockKey }) => lockKey),
-        ]);
-        return answersInOrder(items.length, rows, (row) => row as ClaimRow, undefined);
-      },
+      (items) =>
+        answeredSeparatelyOnItemFault(
+          items,
+          async () => {
+            const rows = await answeredBy('claim', [
+              ...scopeColumns(items.map(({ scope }) => scope)),
+              items.map(({ fingerprint }) => fingerprint),
+              items.map(({ attempt }) => attempt),
+              items.map(({ timing }) => timing.leaseSeconds),
+              items.map(({ timing }) => timing.ttlSeconds),
+              items.map(({ lockKey }) => lockKey),
+            ]);
+            return answersInOrder(items.length, rows, (row) => row as ClaimRow, undefined);
+          },
+          (item) => single.claim(item),
+        ),
       ({ scope }) => scopeKey(scope),
       limits,
     );
     this.completions = new StatementBatches(
-      async (items) => {
-        const rows = await answeredBy('complete', [
-          ...scopeColumns(items.map(({ claim }) => claim.scope)),
-          items.map(({ claim }) => claim.attempt),
-          items.map(({ response }) => response.status),
-          items.map(({ response }) => JSON.stringify(response.headers)),
-          items.map(({ response }) => response.body),
-          items.map(({ ttlSeconds }) => ttlSeconds),
-        ]);
-        return answersInOrder(items.length, rows, () => true, false);
-      },
+      (items) =>
+        answeredSeparatelyOnItemFault(
+          items,
+          async () => {
+            const rows = await answeredBy('complete', [
+              ...scopeColumns(items.map(({ claim }) => claim.scope)),
+              items.map(({ claim }) => claim.attempt),
+              items.map(({ response }) => response.status),
+              items.map(({ response }) => JSON.stringify(response.headers)),
+              items.map(({ response }) => response.body),
+              items.map(({ ttlSeconds }) => ttlSeconds),
+            ]);
+            return answersInOrder(items.length, rows, () => true, false);
+          },
+          (item) => single.complete(item),
+        ),
       ({ claim }) => scopeKey(claim.scope),
       limits,
     );
     this.releases = new StatementBatches(
-      async (items) => {
-        const rows = await answeredBy('release', [
-          ...scopeColumns(items.map(({ scope }) => scope)),
-          items.map(({ attempt }) => attempt),
-        ]);
-        return answersInOrder(items.length, rows, () => true, false);
-      },
+      (items) =>
+        answeredSeparatelyOnItemFault(
+          items,
+          async () => {
+            const rows = await answeredBy('release', [
+              ...scopeColumns(items.map(({ scope }) => scope)),
+              items.map(({ attempt }) => attempt),
+            ]);
+            return answersInOrder(items.length, rows, () => true, false);
+          },
+          (item) => single.release(item),
+        ),
       ({ scope }) => scopeKey(scope),
       limits,
     );
@@ -102,8 +157,8 @@ export class RecordBatches {
   }
 
   /** Whether the outcome was stored: false when the attempt no longer holds the record (fenced). */
-  complete(claim: IdempotencyClaim, response: StoredResponse, ttlSeconds: number): Promise<boolean> {
-    return this.completions.submit({ claim, response, ttlSeconds });
+  complete(completion: BatchedCompletion): Promise<boolean> {
+    return this.completions.submit(completion);
   }
 
   /** Whether the claim was released: false when the attempt no longer holds the record (fenced). */
@@ -116,9 +171,17 @@ function scopeColumns(scopes: IdempotencyScope[]): [string[], string[], string[]
   return [scopes.map(({ account }) => account), scopes.map(({ endpoint }) => endpoint), scopes.map(({ key }) => key)];
 }
 
-/** One record per scope and batch: the same scope twice would be one row changed twice in one statement. */
+/**
+ * One record per scope and batch: the same scope twice would be one row changed twice in one statement. Well-formed
+ * first, as the database stores text: two spellings it stores alike are one scope.
+ */
 function scopeKey({ account, endpoint, key }: IdempotencyScope): string {
-  return JSON.stringify([account, endpoint, key]);
+  return JSON.stringify([account, endpoint, key].map(wellFormed));
+}
+
+/** `text` with each lone surrogate as U+FFFD, as PostgreSQL stores it. */
+function wellFormed(text: string): string {
+  return text.replace(/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g, '\uFFFD');
 }
 
 /** The answer of each item by its position (`ord`, from 1); `none` for an item the statement answered nothing for. */

@@ -179,39 +179,62 @@ function batchStatements(
            NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
            NULL::float8 AS expires_in
     FROM claimed c JOIN input i ON ${sameScope('c', 'i')}
+    WHERE NOT EXISTS (SELECT 1 FROM current h WHERE h.ord = i.ord AND h.holds)
     UNION ALL
     SELECT c.ord, false, NULL, c.fingerprint, c.status, c.response_status, c.response_headers, c.response_body,
            c.expires_in
     FROM current c JOIN input i ON i.ord = c.ord
     WHERE c.holds AND NOT EXISTS (SELECT 1 FROM claimed x WHERE ${sameScope('x', 'i')})`);
   // Each changed row notifies the attempts waiting for it, as a single completion or release does.
-  const notifyingChanged = (statement: string) => `WITH changed AS (${statement})
+  const notifyingChanged = (statement: string) => `${statement}
     SELECT changed.ord FROM changed
     LEFT JOIN LATERAL (
       SELECT pg_notify('${channel}', md5(changed.account || chr(10) || changed.endpoint || chr(10) ||
                                          changed.idempotency_key))
       WHERE changed.awaited
     ) AS each_row ON true`;
+  // The rows an attempt holds, locked in the order of their scopes (as the claims take theirs) before they are
+  // changed: a batch that changed them in the order it read them could wait for a claim batch that waits for it.
+  // The change itself finds its rows by scope and attempt again, so that a row another statement updated meanwhile
+  // (a waiter marking it awaited) is changed in its latest version, as by a single statement.
+  const lockedInOrder = (arrays: string, columns: string) => `
+    input AS (
+      SELECT * FROM unnest(${arrays}) WITH ORDINALITY AS i(${columns})
+    ),
+    locked AS (
+      SELECT 1 FROM ${table} r JOIN input i ON ${sameScope('r', 'i')}
+      WHERE r.attempt = i.attempt AND r.status = 'in_progress'
+      ORDER BY r.account, r.endpoint, r.idempotency_key
+      FOR UPDATE OF r
+    )`;
+  const held = `${sameScope('r', 'i')} AND r.attempt = i.attempt AND r.status = 'in_progress'
+      AND (SELECT count(*) FROM locked) >= 0`;
   const completeBatch = prepared(
-    notifyingChanged(`
-    UPDATE ${table} AS r
-    SET status = 'completed', response_status = i.response_status, response_headers = i.response_headers::jsonb,
-        response_body = i.response_body, completed_at = completion.at, locked_until = NULL,
-        expires_at = completion.at + make_interval(secs => i.ttl), lock_held = false
-    FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[], $5::smallint[], $6::text[], $7::bytea[], $8::float8[])
-           WITH ORDINALITY AS i(account, endpoint, idempotency_key, attempt, response_status, response_headers,
-                                response_body, ttl, ord),
-         (SELECT clock_timestamp() AS at) AS completion
-    WHERE ${sameScope('r', 'i')} AND r.attempt = i.attempt AND r.status = 'in_progress'
-    RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key`),
+    notifyingChanged(`WITH ${lockedInOrder(
+      '$1::text[], $2::text[], $3::text[], $4::uuid[], $5::smallint[], $6::text[], $7::bytea[], $8::float8[]',
+      'account, endpoint, idempotency_key, attempt, response_status, response_headers, response_body, ttl, ord',
+    )},
+    changed AS (
+      UPDATE ${table} AS r
+      SET status = 'completed', response_status = i.response_status, response_headers = i.response_headers::jsonb,
+          response_body = i.response_body, completed_at = completion.at, locked_until = NULL,
+          expires_at = completion.at + make_interval(secs => i.ttl), lock_held = false
+      FROM input i, (SELECT clock_timestamp() AS at) AS completion
+      WHERE ${held}
+      RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
+    )`),
   );
   const releaseBatch = prepared(
-    notifyingChanged(`
-    DELETE FROM ${table} AS r
-    USING unnest($1::text[], $2::text[], $3::text[], $4::uuid[])
-            WITH ORDINALITY AS i(account, endpoint, idempotency_key, attempt, ord)
-    WHERE ${sameScope('r', 'i')} AND r.attempt = i.attempt AND r.status = 'in_progress'
-    RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key`),
+    notifyingChanged(`WITH ${lockedInOrder(
+      '$1::text[], $2::text[], $3::text[], $4::uuid[]',
+      'account, endpoint, idempotency_key, attempt, ord',
+    )},
+    changed AS (
+      DELETE FROM ${table} AS r
+      USING input i
+      WHERE ${held}
+      RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
+    )`),
   );
   return { claimBatch, completeBatch, releaseBatch };
 }

@@ -3,7 +3,10 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
 import type { ClaimResult, IdempotencyScope } from '../../src/store/index.js';
 import { idempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
+import { holdLock, waitingForLock } from '../support/hold-lock.js';
+import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { waitFor } from '../support/wait-for.js';
 
 // Claims, outcomes and releases of standard attempts made at the same moment go out as one statement: each caller
 // still gets its own record's answer, whatever the others in its batch are, and a statement that fails fails each of
@@ -118,26 +121,36 @@ it('takes over a lapsed claim of the same request in a batch, and never a live o
   expect(other).toEqual({ claimed: true, takeover: false });
 });
 
-it('a statement that fails fails each claim of its batch, and claims none of them', async () => {
-  const first = scopeOf(`alone-${randomUUID()}`);
-  const batched = [scopeOf(`a-${randomUUID()}`), scopeOf(`b-${randomUUID()}`)];
-  const results = await Promise.allSettled([
-    store.claim(first, 'fp', randomUUID(), TIMING),
-    ...batched.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)),
-    // An attempt id the uuid column refuses: the whole statement fails.
-    store.claim(scopeOf(`bad-${randomUUID()}`), 'fp', 'not-a-uuid', TIMING),
-  ]);
-  expect(results.map(({ status }) => status)).toEqual(['fulfilled', 'rejected', 'rejected', 'rejected']);
+it('a statement that fails by no fault of its items fails each claim of its batch, and claims none of them', async () => {
+  const scopes = [scopeOf(`alone-${randomUUID()}`), scopeOf(`a-${randomUUID()}`), scopeOf(`b-${randomUUID()}`)];
+  // The table gone for a moment (a fault of the database, not of a record): the first claim's statement and the
+  // batch of the two made meanwhile fail as a whole.
+  await db.query('ALTER TABLE idempotency_records RENAME TO idempotency_records_away');
+  let results: PromiseSettledResult<ClaimResult>[];
+  try {
+    results = await Promise.allSettled(scopes.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)));
+  } finally {
+    await db.query('ALTER TABLE idempotency_records_away RENAME TO idempotency_records');
+  }
+  expect(results.map(({ status }) => status)).toEqual(['rejected', 'rejected', 'rejected']);
   const rows = await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = ANY($1)', [
-    batched.map(({ key }) => key),
+    scopes.map(({ key }) => key),
   ]);
   expect(rows).toHaveLength(0);
   // Claimed again, each is claimed once.
-  const again = await Promise.all(batched.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)));
-  expect(again).toEqual([
-    { claimed: true, takeover: false },
-    { claimed: true, takeover: false },
+  const again = await Promise.all(scopes.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)));
+  expect(again).toEqual(scopes.map(() => ({ claimed: true, takeover: false })));
+});
+
+it('an item the table refuses (an attempt id that is no uuid) fails its own claim; the others of its batch are claimed', async () => {
+  const batched = [scopeOf(`a-${randomUUID()}`), scopeOf(`b-${randomUUID()}`)];
+  const [, bad, ...others] = await Promise.allSettled([
+    store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING),
+    store.claim(scopeOf(`bad-${randomUUID()}`), 'fp', 'not-a-uuid', TIMING),
+    ...batched.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)),
   ]);
+  expect(bad.status).toBe('rejected');
+  expect(others).toEqual(batched.map(() => ({ status: 'fulfilled', value: { claimed: true, takeover: false } })));
 });
 
 it('stores and releases the outcomes of one statement each for its own attempt; a fenced one fails only itself', async () => {
@@ -178,9 +191,119 @@ it('a waiter on a record completed in a batch is woken, as by a completion of it
   await wait.listening;
   const other = await claimed(scopeOf(`other-${randomUUID()}`));
   await Promise.all([store.complete(other, response('other'), 3600), store.complete(running, response('done'), 3600)]);
-  const woken = await Promise.race([wait.changed.then(() => 'woken'), delay(5_000).then(() => 'not woken')]);
+  const woken = await Promise.race([
+    wait.changed.then(() => 'woken'),
+    delay(5_000, undefined, { ref: false }).then(() => 'not woken'),
+  ]);
   wait.cancel();
   expect(woken).toBe('woken');
+});
+
+it('a batch that meets a record locked by a long transaction answers its other claims at once, one by one', async () => {
+  const locked = scopeOf(`locked-${randomUUID()}`);
+  await store.claim(locked, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
+  await db.query('SELECT pg_sleep(0.01)');
+  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [
+    locked.key,
+  ]);
+  try {
+    const others = [scopeOf(`free-${randomUUID()}`), scopeOf(`free-${randomUUID()}`)];
+    const [, lockedClaim, ...otherClaims] = [
+      store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING),
+      store.claim(locked, 'fp', randomUUID(), TIMING),
+      ...others.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)),
+    ];
+    // The locked record's claim waits for the lock alone; the claims that shared its statement do not wait with it.
+    await expect(Promise.all(otherClaims)).resolves.toEqual([
+      { claimed: true, takeover: false },
+      { claimed: true, takeover: false },
+    ]);
+    await lock.letGo();
+    await expect(lockedClaim).resolves.toEqual({ claimed: true, takeover: true });
+  } finally {
+    await lock.letGo();
+  }
+});
+
+it('a record the table refuses fails its own claim only, not the others of its statement', async () => {
+  const [, refused, ...accepted] = await Promise.allSettled([
+    store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING),
+    // A TTL past the timestamps' range: PostgreSQL refuses the row.
+    store.claim(scopeOf(`far-${randomUUID()}`), 'fp', randomUUID(), { leaseSeconds: 30, ttlSeconds: 1e13 }),
+    store.claim(scopeOf(`near-${randomUUID()}`), 'fp', randomUUID(), TIMING),
+    store.claim(scopeOf(`near-${randomUUID()}`), 'fp', randomUUID(), TIMING),
+  ]);
+  expect(refused.status).toBe('rejected');
+  expect(accepted).toEqual([
+    { status: 'fulfilled', value: { claimed: true, takeover: false } },
+    { status: 'fulfilled', value: { claimed: true, takeover: false } },
+  ]);
+});
+
+it('a claim batch and an outcome batch of the same records never deadlock: both take them in scope order', async () => {
+  // Two lapsed claims, stored in the order B, A; their attempts' outcomes arrive as retries take them over.
+  const [a, b] = [scopeOf(`a-${randomUUID()}`), scopeOf(`b-${randomUUID()}`)];
+  const lapsing = { leaseSeconds: 0.001, ttlSeconds: 3600 };
+  const [attemptA, attemptB] = [randomUUID(), randomUUID()];
+  await store.claim(b, 'fp', attemptB, lapsing);
+  await store.claim(a, 'fp', attemptA, lapsing);
+  await db.query('SELECT pg_sleep(0.01)');
+  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [
+    a.key,
+  ]);
+  const other = new PostgresIdempotencyStore(dataSource, 'idempotency_records', {
+    batching: { maxBatchSize: 64, maxInFlight: 1 },
+  });
+  try {
+    // The retries' claims in one statement, waiting on A; the outcomes in one statement of another connection. A
+    // deadlock would fail one of the two, whose items would then go one by one: more statements than two each.
+    const [claimsBefore, outcomesBefore] = [store.statementsSent, other.statementsSent];
+    const claims = Promise.all([
+      store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING),
+      store.claim(a, 'fp', randomUUID(), TIMING),
+      store.claim(b, 'fp', randomUUID(), TIMING),
+    ]);
+    await waitFor(waitingForLock(db, '%INSERT INTO%'), 'the claims to wait for A');
+    const outcomes = Promise.all([
+      other.complete({ scope: scopeOf(`none-${randomUUID()}`), attempt: randomUUID() }, response('none'), 3600),
+      other.complete({ scope: b, attempt: attemptB }, response('b'), 3600),
+      other.complete({ scope: a, attempt: attemptA }, response('a'), 3600),
+    ]);
+    await waitFor(waitingForLock(db, '%i.response_status%'), 'the outcomes to wait for A');
+    await lock.letGo();
+    const [, claimA, claimB] = await claims;
+    expect([claimA, claimB]).toEqual([
+      { claimed: true, takeover: true },
+      { claimed: true, takeover: true },
+    ]);
+    // Taken over first: the lapsed attempts' outcomes are fenced, and no statement failed.
+    await expect(outcomes).resolves.toEqual([false, false, false]);
+    expect([store.statementsSent - claimsBefore, other.statementsSent - outcomesBefore]).toEqual([2, 2]);
+  } finally {
+    await lock.letGo();
+    await other.close();
+  }
+});
+
+it("is unhealthy when the batches cannot open a connection, though the data source's pool still answers", async () => {
+  const proxy = await TcpProxy.to(db.url);
+  const proxied = new DataSource({ type: 'postgres', url: proxy.urlFor(db.url), extra: { max: 2 } });
+  await proxied.initialize();
+  const behind = new PostgresIdempotencyStore(proxied, 'idempotency_records');
+  try {
+    await expect(behind.checkHealth(2_000)).resolves.toBeDefined();
+    // Each of the data source's connections is open and idle: only a new connection is refused.
+    await Promise.all([proxied.query('SELECT 1'), proxied.query('SELECT 1')]);
+    await behind.close(); // its batches' connections too: the next store opens its own
+    const fresh = new PostgresIdempotencyStore(proxied, 'idempotency_records');
+    proxy.refuseNewConnections();
+    await expect(proxied.query('SELECT 1')).resolves.toBeDefined();
+    await expect(fresh.checkHealth(2_000)).rejects.toThrow();
+    await fresh.close();
+  } finally {
+    await proxied.destroy();
+    await proxy.close();
+  }
 });
 
 function summary(result: ClaimResult): string {

@@ -10,6 +10,7 @@ import { madeBeforeAll } from './made-before-all.js';
 export class TcpProxy {
   private readonly sockets = new Set<Socket>();
   private down = false;
+  private refusing = false;
   private blackHoled = false;
   /** Connections opened while black-holed, connected to the server once it heals. */
   private readonly waiting: Array<() => void> = [];
@@ -17,7 +18,7 @@ export class TcpProxy {
   /** Round trips sent through the proxy: PostgreSQL `Query` and `Sync` messages from its clients. */
   roundTrips = 0;
   private readonly server = createServer((client) => {
-    if (this.down) {
+    if (this.down || this.refusing) {
       client.destroy();
       return;
     }
@@ -88,6 +89,11 @@ export class TcpProxy {
     for (const socket of this.sockets) socket.destroy();
   }
 
+  /** New connections are closed at once; those open go on (a server at its `max_connections`). */
+  refuseNewConnections(): void {
+    this.refusing = true;
+  }
+
   /** Nothing passes any more, either way, and nothing is refused: open connections and new ones hang. */
   blackHole(): void {
     this.blackHoled = true;
@@ -97,6 +103,7 @@ export class TcpProxy {
   /** Taken down: accepts connections again. Black-holed: heals, and what waited passes. */
   bringUp(): void {
     this.down = false;
+    this.refusing = false;
     if (!this.blackHoled) return;
     this.blackHoled = false;
     for (const socket of this.sockets) socket.resume();

@@ -1,0 +1,58 @@
+import type { Pool, PoolClient, PoolConfig } from 'pg';
+
+/** How long a batch waits on a row lock before its items go one by one (`SET lock_timeout`, in ms). */
+const BATCH_LOCK_TIMEOUT_MS = 500;
+
+/**
+ * The connections coalesced statements run on: a pool of their own, made at the first batch with the settings of the
+ * data source's pool, so that a batch never waits behind the handlers' statements for one of its connections (at full
+ * load, the whole batch would wait for the whole queue).
+ */
+export class BatchConnections {
+  private pool?: Pool;
+  private ended = false;
+
+  constructor(
+    /** The data source's pool, whose settings (and node-postgres) the batches' pool takes. */
+    private readonly dataSourcePool: () => Pool,
+    /** As many as batches in flight at once. */
+    private readonly size: number,
+    /**
+     * Whether the batches' sessions are PostgreSQL's own (not a transaction pooler's, which would carry a session
+     * setting to other clients' transactions): only then do batches wait on a row lock for a bounded time.
+     */
+    private readonly ownSessions: boolean,
+  ) {}
+
+  /** A connection, and its release (given the error that makes the pool discard it). */
+  async connect(): Promise<[PoolClient, (discard?: Error) => void]> {
+    if (this.ended) throw new Error('The idempotency store is closed');
+    const client = await (this.pool ??= this.open()).connect();
+    return [client, (discard) => client.release(discard)];
+  }
+
+  /** Whether `close()` has ended them: a batch made later is refused (no pool is opened again). */
+  get closed(): boolean {
+    return this.ended;
+  }
+
+  async close(): Promise<void> {
+    this.ended = true;
+    await this.pool?.end();
+  }
+
+  private open(): Pool {
+    const master = this.dataSourcePool() as Pool & { options: PoolConfig };
+    const PoolClass = master.constructor as new (config: PoolConfig) => Pool;
+    const pool = new PoolClass({ ...master.options, min: 0, max: this.size });
+    pool.on('error', () => undefined); // an idle connection lost: the next batch opens another
+    // A batch waits at most this long on a row lock (a long transaction holding one record), then its items go one by
+    // one (record-batches.ts), so that one held record never holds every claim of the process.
+    if (this.ownSessions) {
+      pool.on('connect', (client) => {
+        client.query(`SET lock_timeout = ${BATCH_LOCK_TIMEOUT_MS}`).catch(() => undefined);
+      });
+    }
+    return pool;
+  }
+}
