@@ -52,11 +52,6 @@ export class AttemptLifecycle implements AttemptEnding {
     return this.attempts.drainBegun;
   }
 
-  /** Whether a new claim is refused now: the drain has begun, and the call is not work the process holds. */
-  refuses(inHand: boolean): boolean {
-    return this.attempts.refuses(inHand);
-  }
-
   addParticipant(participant: DrainParticipant): void {
     this.attempts.addParticipant(participant);
   }
@@ -80,8 +75,16 @@ export class AttemptLifecycle implements AttemptEnding {
    * scope, so that a retry takes over at once a claim whose holder died, rather than once its lease lapses.
    * `undefined` in standard mode, and when the store allows no more transactions now: the claim then goes on without
    * one (its answer never waits for a slot), and the transaction is opened after it, falling back to the lease.
+   * Refuses the claim instead once the drain has begun, unless the call is work the process holds (`inHand`).
    */
-  openHolder(scope: IdempotencyScope, policy: IdempotencyPolicy): Promise<StoreTransaction | undefined> {
+  openHolder(
+    scope: IdempotencyScope,
+    policy: IdempotencyPolicy,
+    inHand: boolean,
+  ): Promise<StoreTransaction | undefined> {
+    if (this.attempts.refuses(inHand)) {
+      return Promise.reject(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
+    }
     if (!policy.transactional) return Promise.resolve(undefined);
     return this.opened(this.store.beginHoldingTransaction(scope), scope, policy);
   }

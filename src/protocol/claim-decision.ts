@@ -1,11 +1,9 @@
-import { randomUUID } from 'node:crypto';
 import type { Logger } from '@nestjs/common';
 import type { Attributes } from '@opentelemetry/api';
 import {
   IdempotencyKeyReuseError,
   IdempotencyOutcomeWithheldError,
   IdempotencyRecordUnreadableError,
-  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   IdempotencyRequestInProgressError,
 } from './idempotency.errors.js';
@@ -62,27 +60,25 @@ export class ClaimDecision {
   }
 
   async decide(
-    scope: IdempotencyScope,
+    claim: IdempotencyClaim,
     fingerprint: string,
     policy: IdempotencyPolicy,
     { terms, inHand }: Pick<ClaimedRequest, 'terms' | 'inHand'>,
     attributes: Attributes,
   ): Promise<IdempotencyDecision> {
+    const { scope } = claim;
     // A completed record does not change until it expires: one this process has seen is answered from memory.
-    const cached = this.replays.get(scope);
-    if (cached) {
-      if (cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError(terms);
-      return replayOf(cached.response, 'memory');
+    const lookup = this.replays.lookup(scope);
+    if (lookup.cached) {
+      if (lookup.cached.fingerprint !== fingerprint) throw new IdempotencyKeyReuseError(terms);
+      return replayOf(lookup.cached.response, 'memory');
     }
-    const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
-    this.telemetry.claimedFor(claim, attributes);
+    let { since } = lookup;
     let waited = false;
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
-      if (this.attempts.refuses(inHand)) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
-      const since = this.replays.now();
-      const holder = await this.attempts.openHolder(scope, policy).catch((error: unknown) => {
+      const holder = await this.attempts.openHolder(scope, policy, inHand).catch((error: unknown) => {
         wait.stop();
         throw error;
       });
@@ -116,6 +112,7 @@ export class ClaimDecision {
       if (!waited) this.telemetry.count('waited', attributes); // once per attempt that waits
       waited = true;
       await wait.untilChanged(); // then claim again: the outcome is replayed, or a released key is claimed
+      since = this.replays.now();
     }
   }
 

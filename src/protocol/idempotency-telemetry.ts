@@ -20,6 +20,13 @@ import {
 } from './idempotency.errors.js';
 import type { IdempotencyClaim } from './idempotency-store.interface.js';
 
+/** What the claim of a call decided, what it counts as on `idempotency.outcomes`, and the run it started, if any. */
+export interface MeasuredClaim<T> {
+  decision: T;
+  outcome: IdempotencyOutcome;
+  run?: IdempotencyRun;
+}
+
 /** A run's span and its start, until its finalize. */
 interface RunTiming {
   span: Span;
@@ -108,9 +115,33 @@ export class IdempotencyTelemetry {
     });
   }
 
-  /** Records which transport `claim` was made for. */
-  claimedFor(claim: IdempotencyClaim, attributes: Attributes): void {
+  /**
+   * Measures the claim of a call: its `idempotency claim` span, its outcome or refusal counted, and the run it started
+   * (`idempotency run`, timed until its finalize). The call's metrics, and its claim's later ones (a finalize in the
+   * background too), carry its transport and its endpoint's label.
+   */
+  async measureClaim<T>(
+    claim: IdempotencyClaim,
+    call: { transport: string; endpoint: string },
+    decide: (attributes: Attributes) => Promise<MeasuredClaim<T>>,
+  ): Promise<T> {
+    const attributes = callAttributes(call.transport, call.endpoint);
     this.claimAttributes.set(claim, attributes);
+    const measured = await this.inSpan('idempotency claim', attributes, async (span) => {
+      try {
+        const decided = await decide(attributes);
+        span.setAttribute('idempotency.outcome', decided.outcome);
+        this.count(decided.outcome, attributes);
+        return decided;
+      } catch (error) {
+        const refused = refusalOutcome(error);
+        if (refused) this.count(refused, attributes);
+        throw error;
+      }
+    });
+    // Started outside the claim's span: the run is its sibling, under the call's span.
+    if (measured.run) this.runStarted(measured.run, attributes);
+    return measured.decision;
   }
 
   /** The attributes of a claim's metrics and spans. */
@@ -137,7 +168,7 @@ export class IdempotencyTelemetry {
   }
 
   /** Opens the `idempotency run` span of a claimed run, under the active span, and starts timing its handler. */
-  runStarted(run: IdempotencyRun, attributes: Attributes): void {
+  private runStarted(run: IdempotencyRun, attributes: Attributes): void {
     const span = this.tracer.startSpan('idempotency run', { attributes });
     this.runs.set(run, { span, started: performance.now(), attributes });
   }
@@ -188,7 +219,7 @@ function withOutcome(attributes: Attributes, outcome: IdempotencyOutcome): Attri
  * broker pattern and consumer, a mutation's field, an operation's name), never its key, its account, nor any text its
  * client chose.
  */
-export function callAttributes(transport: string, endpoint: string): Attributes {
+function callAttributes(transport: string, endpoint: string): Attributes {
   return { 'idempotency.transport': transport, 'idempotency.endpoint': endpoint };
 }
 

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { KeyTerms } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './idempotency.tokens.js';
@@ -12,7 +13,12 @@ import {
 import { currentRun } from './current-run.js';
 import type { ProtocolModuleOptions, ProtocolIdempotentOptions } from './idempotency-options.interface.js';
 import type { IdempotencyRun } from './idempotency-run.js';
-import type { IdempotencyScope, IdempotencyStore, StoredResponse } from './idempotency-store.interface.js';
+import type {
+  IdempotencyClaim,
+  IdempotencyScope,
+  IdempotencyStore,
+  StoredResponse,
+} from './idempotency-store.interface.js';
 import { ReplayCache } from './replay-cache.js';
 import { ExpiredRecordsPurge } from './expired-records-purge.js';
 import { ClaimEnding } from './claim-ending.js';
@@ -20,12 +26,7 @@ import { AttemptLifecycle } from './attempt-lifecycle.js';
 import { ClaimDecision, type IdempotencyDecision } from './claim-decision.js';
 import type { DrainParticipant } from './running-attempts.js';
 import { OutcomeSealing } from './outcome-sealing.js';
-import {
-  IdempotencyTelemetry,
-  type IdempotencyOutcome,
-  callAttributes,
-  refusalOutcome,
-} from './idempotency-telemetry.js';
+import { IdempotencyTelemetry, type IdempotencyOutcome } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
 import {
   type ExecuteResult,
@@ -122,23 +123,13 @@ export class IdempotencyService {
     call: { transport?: string; endpointLabel?: string; inHand?: boolean } = {},
   ): Promise<IdempotencyDecision> {
     const { transport = 'operation', inHand = false } = call;
-    const attributes = callAttributes(transport, call.endpointLabel ?? scope.endpoint);
-    const decision = await this.telemetry.inSpan('idempotency claim', attributes, async (span) => {
-      try {
-        const decided = await this.decisions.decide(scope, fingerprint, policy, { terms, inHand }, attributes);
-        const outcome = outcomeOf(decided);
-        span.setAttribute('idempotency.outcome', outcome);
-        this.telemetry.count(outcome, attributes);
-        return decided;
-      } catch (error) {
-        const refused = refusalOutcome(error);
-        if (refused) this.telemetry.count(refused, attributes);
-        throw error;
-      }
+    const claim: IdempotencyClaim = { scope, attempt: randomUUID() };
+    const endpoint = call.endpointLabel ?? scope.endpoint;
+    return this.telemetry.measureClaim(claim, { transport, endpoint }, async (attributes) => {
+      const decision = await this.decisions.decide(claim, fingerprint, policy, { terms, inHand }, attributes);
+      const run = decision.action === 'run' ? decision.attempt.run : undefined;
+      return { decision, outcome: outcomeOf(decision), run };
     });
-    // Started outside the claim's span: the run is its sibling, under the call's span.
-    if (decision.action === 'run') this.telemetry.runStarted(decision.attempt.run, attributes);
-    return decision;
   }
 
   /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */

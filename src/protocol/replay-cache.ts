@@ -49,16 +49,22 @@ export class ReplayCache {
     return this.clock();
   }
 
-  get(scope: IdempotencyScope): CachedOutcome | undefined {
+  /**
+   * The outcome kept for `scope`, if any, and the moment of the lookup (a `since` for `remember`): a miss is followed
+   * by a claim, whose record's expiry the database sets after this moment.
+   */
+  lookup(scope: IdempotencyScope): { cached: CachedOutcome | undefined; since: Instant } {
+    const since = this.clock();
     const id = idOf(scope);
     const entry = this.entries.get(id);
-    if (!entry) return undefined;
+    if (!entry) return { cached: undefined, since };
     this.delete(id, entry);
-    const now = this.clock();
-    if (!(now.monotonic < entry.expiresAt.monotonic && now.wall < entry.expiresAt.wall)) return undefined;
+    if (!(since.monotonic < entry.expiresAt.monotonic && since.wall < entry.expiresAt.wall)) {
+      return { cached: undefined, since };
+    }
     this.entries.set(id, entry); // most recently used last
     this.bytes += entry.bytes;
-    return entry;
+    return { cached: entry, since };
   }
 
   /**

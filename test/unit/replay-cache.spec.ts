@@ -24,16 +24,25 @@ describe('ReplayCache', () => {
   it('answers a remembered outcome for its scope only', () => {
     const { cache } = cacheWith();
     cache.remember(scope('a'), outcome(), 3600, cache.now());
-    expect(cache.get(scope('a'))).toMatchObject(outcome());
-    expect(cache.get(scope('b'))).toBeUndefined();
-    expect(cache.get({ ...scope('a'), account: 'other' })).toBeUndefined();
-    expect(cache.get({ ...scope('a'), endpoint: 'POST /v1/refunds' })).toBeUndefined();
+    expect(cache.lookup(scope('a')).cached).toMatchObject(outcome());
+    expect(cache.lookup(scope('b')).cached).toBeUndefined();
+    expect(cache.lookup({ ...scope('a'), account: 'other' }).cached).toBeUndefined();
+    expect(cache.lookup({ ...scope('a'), endpoint: 'POST /v1/refunds' }).cached).toBeUndefined();
+  });
+
+  it('gives the moment of its lookup, hit or miss, for the record a miss goes on to claim', () => {
+    const { cache, advance } = cacheWith();
+    advance(250);
+    expect(cache.lookup(scope('a')).since).toEqual({ monotonic: 1_250, wall: 1_000_250 });
+    cache.remember(scope('a'), outcome(), 3600, cache.now());
+    advance(10);
+    expect(cache.lookup(scope('a'))).toMatchObject({ since: { monotonic: 1_260, wall: 1_000_260 } });
   });
 
   it('keeps nothing when it is off', () => {
     const cache = new ReplayCache(undefined);
     cache.remember(scope('a'), outcome(), 3600, cache.now());
-    expect(cache.get(scope('a'))).toBeUndefined();
+    expect(cache.lookup(scope('a')).cached).toBeUndefined();
   });
 
   it('forgets an outcome when its record expires, counted from before the record was read or written', () => {
@@ -42,9 +51,9 @@ describe('ReplayCache', () => {
     advance(500); // the database answered 500 ms later that the record had 2 s left
     cache.remember(scope('a'), outcome(), 2, since);
     advance(1_499);
-    expect(cache.get(scope('a'))).toBeDefined();
+    expect(cache.lookup(scope('a')).cached).toBeDefined();
     advance(1);
-    expect(cache.get(scope('a'))).toBeUndefined();
+    expect(cache.lookup(scope('a')).cached).toBeUndefined();
     expect(cache.size).toBe(0);
   });
 
@@ -53,19 +62,19 @@ describe('ReplayCache', () => {
     cache.remember(scope('asleep'), outcome(), 10, cache.now());
     cache.remember(scope('stepped'), outcome(), 10, cache.now());
     clock.wall += 10_000; // suspended for 10 s: the monotonic clock did not move
-    expect(cache.get(scope('asleep'))).toBeUndefined();
+    expect(cache.lookup(scope('asleep')).cached).toBeUndefined();
     clock.wall -= 20_000; // the wall clock stepped back; the monotonic one still counts
     clock.monotonic += 10_000;
-    expect(cache.get(scope('stepped'))).toBeUndefined();
+    expect(cache.lookup(scope('stepped')).cached).toBeUndefined();
   });
 
   it('forgets an outcome after maxAgeSeconds however long its record lives', () => {
     const { cache, advance } = cacheWith({ maxAgeSeconds: 10 });
     cache.remember(scope('a'), outcome(), 86_400, cache.now());
     advance(9_999);
-    expect(cache.get(scope('a'))).toBeDefined();
+    expect(cache.lookup(scope('a')).cached).toBeDefined();
     advance(1);
-    expect(cache.get(scope('a'))).toBeUndefined();
+    expect(cache.lookup(scope('a')).cached).toBeUndefined();
   });
 
   it('does not keep an outcome whose record has expired, or whose lifetime is unknown', () => {
@@ -82,7 +91,7 @@ describe('ReplayCache', () => {
     const response = { status: 201, headers: {}, body: pooled.subarray(4, 17) };
     cache.remember(scope('a'), { fingerprint: 'fp', response }, 60, cache.now());
     pooled.fill(0x20);
-    const body = cache.get(scope('a'))?.response.body as Buffer;
+    const body = cache.lookup(scope('a')).cached?.response.body as Buffer;
     expect(body.toString()).toBe('{"id":"ch_1"}');
     expect(body.buffer.byteLength).toBe(body.length);
   });
@@ -91,22 +100,22 @@ describe('ReplayCache', () => {
     const { cache } = cacheWith({ maxEntries: 2 });
     cache.remember(scope('a'), outcome(), 60, cache.now());
     cache.remember(scope('b'), outcome(), 60, cache.now());
-    expect(cache.get(scope('a'))).toBeDefined(); // a is now the most recently used
+    expect(cache.lookup(scope('a')).cached).toBeDefined(); // a is now the most recently used
     cache.remember(scope('c'), outcome(), 60, cache.now());
     expect(cache.size).toBe(2);
-    expect(cache.get(scope('b'))).toBeUndefined();
-    expect(cache.get(scope('a'))).toBeDefined();
-    expect(cache.get(scope('c'))).toBeDefined();
+    expect(cache.lookup(scope('b')).cached).toBeUndefined();
+    expect(cache.lookup(scope('a')).cached).toBeDefined();
+    expect(cache.lookup(scope('c')).cached).toBeDefined();
   });
 
   it('holds at most maxBytes, and never an outcome larger than that', () => {
     const { cache } = cacheWith({ maxBytes: 2_000 });
     cache.remember(scope('huge'), outcome('x'.repeat(2_000)), 60, cache.now());
-    expect(cache.get(scope('huge'))).toBeUndefined();
+    expect(cache.lookup(scope('huge')).cached).toBeUndefined();
     for (const key of ['a', 'b', 'c', 'd', 'e']) cache.remember(scope(key), outcome('x'.repeat(500)), 60, cache.now());
     expect(cache.size).toBeLessThan(5);
-    expect(cache.get(scope('e'))).toBeDefined();
-    expect(cache.get(scope('a'))).toBeUndefined();
+    expect(cache.lookup(scope('e')).cached).toBeDefined();
+    expect(cache.lookup(scope('a')).cached).toBeUndefined();
   });
 
   it('replaces an entry remembered twice without counting its bytes twice', () => {
@@ -122,8 +131,8 @@ describe('ReplayCache', () => {
     cache.remember(scope('b'), outcome('y'.repeat(400)), 60, cache.now());
     cache.remember(scope('b'), outcome('z'.repeat(400)), 60, cache.now());
     expect(cache.size).toBe(2);
-    expect(cache.get(scope('a'))).toBeDefined();
-    expect(cache.get(scope('b'))?.response.body.toString()).toBe('z'.repeat(400));
+    expect(cache.lookup(scope('a')).cached).toBeDefined();
+    expect(cache.lookup(scope('b')).cached?.response.body.toString()).toBe('z'.repeat(400));
   });
 });
 
