@@ -34,6 +34,22 @@ export interface BatchLimits {
 /** Runs one statement on a pooled connection. */
 type StatementRunner = <Row>(statement: Statement, values: unknown[]) => Promise<Row[]>;
 
+/** A row of a batch's answer: its item's position (from 1), and for a claim the record's row. */
+type BatchRow = { ord: string } & Partial<ClaimRow>;
+
+/**
+ * What a kind of batch sends and answers: the columns of its items after their scopes' (in its statement's order),
+ * each item's answer from its row (`none` when the statement answered nothing for it), and an item alone.
+ */
+interface BatchKind<Item, Answer> {
+  operation: 'claim' | 'complete' | 'release';
+  scopeOf: (item: Item) => IdempotencyScope;
+  columnsOf: (items: Item[]) => unknown[][];
+  answerOf: (row: BatchRow) => Answer;
+  none: Answer;
+  one: (item: Item) => Promise<Answer>;
+}
+
 /** Each operation of a record alone, in a statement of its own: what a batch falls back to. */
 export interface SingleRecordStatements {
   claim(claim: BatchedClaim): Promise<ClaimRow | undefined>;
@@ -89,66 +105,58 @@ export class RecordBatches {
           'Records per statement of the coalesced claims, outcomes and releases, by idempotency.store.operation.',
         advice: { explicitBucketBoundaries: [1, 2, 4, 8, 16, 32, 64, 128] },
       });
-    const answeredBy = async (operation: 'claim' | 'complete' | 'release', values: unknown[][]) => {
-      batchSize.record(values[0].length, { 'idempotency.store.operation': operation });
-      return run<{ ord: string } & Partial<ClaimRow>>(statements[`${operation}Batch`], values);
-    };
-    this.claims = new StatementBatches(
-      (items) =>
-        answeredSeparatelyOnItemFault(
-          items,
-          async () => {
-            const rows = await answeredBy('claim', [
-              ...scopeColumns(items.map(({ scope }) => scope)),
-              items.map(({ fingerprint }) => fingerprint),
-              items.map(({ attempt }) => attempt),
-              items.map(({ timing }) => timing.leaseSeconds),
-              items.map(({ timing }) => timing.ttlSeconds),
-              items.map(({ lockKey }) => lockKey),
-            ]);
-            return answersInOrder(items.length, rows, (row) => row as ClaimRow, undefined);
-          },
-          (item) => single.claim(item),
-        ),
-      ({ scope }) => scopeKey(scope),
-      limits,
-    );
-    this.completions = new StatementBatches(
-      (items) =>
-        answeredSeparatelyOnItemFault(
-          items,
-          async () => {
-            const rows = await answeredBy('complete', [
-              ...scopeColumns(items.map(({ claim }) => claim.scope)),
-              items.map(({ claim }) => claim.attempt),
-              items.map(({ response }) => response.status),
-              items.map(({ response }) => JSON.stringify(response.headers)),
-              items.map(({ response }) => response.body),
-              items.map(({ ttlSeconds }) => ttlSeconds),
-            ]);
-            return answersInOrder(items.length, rows, () => true, false);
-          },
-          (item) => single.complete(item),
-        ),
-      ({ claim }) => scopeKey(claim.scope),
-      limits,
-    );
-    this.releases = new StatementBatches(
-      (items) =>
-        answeredSeparatelyOnItemFault(
-          items,
-          async () => {
-            const rows = await answeredBy('release', [
-              ...scopeColumns(items.map(({ scope }) => scope)),
-              items.map(({ attempt }) => attempt),
-            ]);
-            return answersInOrder(items.length, rows, () => true, false);
-          },
-          (item) => single.release(item),
-        ),
-      ({ scope }) => scopeKey(scope),
-      limits,
-    );
+    const batchesOf = <Item, Answer>(kind: BatchKind<Item, Answer>) =>
+      new StatementBatches<Item, Answer>(
+        (items) =>
+          answeredSeparatelyOnItemFault(
+            items,
+            async () => {
+              const values = [...scopeColumns(items.map(kind.scopeOf)), ...kind.columnsOf(items)];
+              batchSize.record(items.length, { 'idempotency.store.operation': kind.operation });
+              const rows = await run<BatchRow>(statements[`${kind.operation}Batch`], values);
+              return answersInOrder(items.length, rows, kind.answerOf, kind.none);
+            },
+            kind.one,
+          ),
+        (item) => scopeKey(kind.scopeOf(item)),
+        limits,
+      );
+    this.claims = batchesOf<BatchedClaim, ClaimRow | undefined>({
+      operation: 'claim',
+      scopeOf: ({ scope }) => scope,
+      columnsOf: (items) => [
+        items.map(({ fingerprint }) => fingerprint),
+        items.map(({ attempt }) => attempt),
+        items.map(({ timing }) => timing.leaseSeconds),
+        items.map(({ timing }) => timing.ttlSeconds),
+        items.map(({ lockKey }) => lockKey),
+      ],
+      answerOf: (row) => row as ClaimRow,
+      none: undefined,
+      one: (item) => single.claim(item),
+    });
+    this.completions = batchesOf<BatchedCompletion, boolean>({
+      operation: 'complete',
+      scopeOf: ({ claim }) => claim.scope,
+      columnsOf: (items) => [
+        items.map(({ claim }) => claim.attempt),
+        items.map(({ response }) => response.status),
+        items.map(({ response }) => JSON.stringify(response.headers)),
+        items.map(({ response }) => response.body),
+        items.map(({ ttlSeconds }) => ttlSeconds),
+      ],
+      answerOf: () => true,
+      none: false,
+      one: (item) => single.complete(item),
+    });
+    this.releases = batchesOf<IdempotencyClaim, boolean>({
+      operation: 'release',
+      scopeOf: ({ scope }) => scope,
+      columnsOf: (items) => [items.map(({ attempt }) => attempt)],
+      answerOf: () => true,
+      none: false,
+      one: (item) => single.release(item),
+    });
   }
 
   /** The claim's row, or `undefined` when its record changed under the statement (to be claimed again). */
