@@ -4,7 +4,12 @@ import { Body, Controller, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import type { DataSource } from 'typeorm';
 import { Idempotent, IdempotencySetupError } from '../../src/index.js';
-import { type IdempotencyPostgresOptions, PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import {
+  type IdempotencyPostgresOptions,
+  PostgresIdempotencyContext,
+  type PostgresIdempotencyStore,
+} from '../../src/postgres/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import { describeThroughPgBouncer, throughPgBouncer } from '../support/pgbouncer.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -41,6 +46,15 @@ class LedgerController {
     return this.record(body.key);
   }
 
+  /** A standard handler whose outcome waits for the whole gathering: a burst's outcomes are made at one moment. */
+  @Post('gathered')
+  @Idempotent()
+  async gathered(@Body() body: { key: string }) {
+    const recorded = await this.record(body.key);
+    await gathering?.arrived();
+    return recorded;
+  }
+
   /** A write, in the run's transaction in transactional mode, and the work it stands for. */
   private async record(key: string) {
     const manager = this.context.manager ?? this.dataSource.manager;
@@ -52,6 +66,26 @@ class LedgerController {
     return { id };
   }
 }
+
+/** Handlers held until `size` of them have arrived (then `onGathered`), or for at most 10 s. */
+function gatheringOf(size: number, onGathered: () => void) {
+  let arrivals = 0;
+  let release = () => {};
+  const all = new Promise<void>((resolve) => {
+    release = resolve;
+    setTimeout(resolve, 10_000).unref();
+  });
+  return {
+    async arrived(): Promise<void> {
+      if (++arrivals === size) {
+        onGathered();
+        release();
+      }
+      await all;
+    },
+  };
+}
+let gathering: ReturnType<typeof gatheringOf> | undefined;
 
 let db: TestDatabase | undefined;
 const logger = new RecordingLogger();
@@ -124,6 +158,20 @@ describeThroughPgBouncer('an application through PgBouncer in transaction mode',
     });
     afterAll(async () => {
       await app?.close();
+    });
+
+    it('stores the outcomes of a standard burst made at one moment in shared statements', async () => {
+      const store = (app as TestApp).app.get<symbol, PostgresIdempotencyStore>(IDEMPOTENCY_STORE);
+      const keys = Array.from({ length: 32 }, () => randomUUID());
+      let claimed = Number.NaN;
+      gathering = gatheringOf(keys.length, () => (claimed = store.statementsSent)); // every claim answered by then
+      const results = await burst(app as TestApp, 'gathered', keys);
+      expect(results.map((result) => result.status)).toEqual(keys.map(() => 201));
+      const ledger = await ledgerOf(keys);
+      keys.forEach((key, index) => expect(ledger.get(key)).toEqual([results[index].body.id]));
+      // Two outcomes go out alone, the others gather behind them into one statement (unnamed, as every statement
+      // here): a statement each would be 32.
+      expect(store.statementsSent - claimed).toBeLessThanOrEqual(4);
     });
 
     describe.each(['standard', 'transactional'])('in %s mode', (route) => {
