@@ -133,7 +133,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
         this.statements,
         (statement, values) => this.statementsOf.query(statement, values, undefined, 'batches'),
         {
-          claim: (claim) => this.claimAlone(claim, null),
+          claim: (claim) => this.claimAlone(claim),
           complete: (completion) => this.completeAlone(completion),
           release: (claim) => this.releaseAlone(claim),
         },
@@ -169,10 +169,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     const lockKey = await this.lockKey(scope);
     const heldLock = holder === undefined ? undefined : ownTransaction(holder).heldLock;
     const lockedBy = heldLock?.key === lockKey && !holder?.connectionLost ? heldLock.lockedBy : null;
-    const claim = { scope, fingerprint, attempt, timing, lockKey };
+    const claim = { scope, fingerprint, attempt, timing, lockKey, lockedBy };
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
-      const row =
-        holder === undefined && this.batches ? await this.batches.claim(claim) : await this.claimAlone(claim, lockedBy);
+      const row = this.batches ? await this.batches.claim(claim) : await this.claimAlone(claim);
       if (!row) continue;
       if (row.claimed) return { claimed: true, takeover: row.takeover === true };
       return { claimed: false, existing: toExistingRecord(row) };
@@ -201,9 +200,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     return this.batches ? this.batches.release(claim) : this.releaseAlone(claim);
   }
 
-  /** A claim in a statement of its own; `lockedBy`: the scope's lock its holder transaction took, if any. */
-  private async claimAlone(claim: BatchedClaim, lockedBy: string | null): Promise<ClaimRow | undefined> {
-    const { scope, fingerprint, attempt, timing, lockKey } = claim;
+  /** A claim in a statement of its own. */
+  private async claimAlone(claim: BatchedClaim): Promise<ClaimRow | undefined> {
+    const { scope, fingerprint, attempt, timing, lockKey, lockedBy } = claim;
     const [row] = await this.statementsOf.query<ClaimRow>(this.statements.claim, [
       ...[scope.account, scope.endpoint, scope.key, fingerprint, attempt],
       ...[timing.leaseSeconds, timing.ttlSeconds, lockedBy, lockKey],

@@ -9,7 +9,7 @@ import type {
 import type { ClaimRow, RecordStatements, Statement } from './record-statements.js';
 import { StatementBatches } from './statement-batches.js';
 
-/** A claim of an attempt without a holder transaction, as a batch sends it. */
+/** A claim as a batch sends it (an attempt's claim, with or without a holder transaction). */
 export interface BatchedClaim {
   scope: IdempotencyScope;
   fingerprint: string;
@@ -17,6 +17,8 @@ export interface BatchedClaim {
   timing: ClaimTiming;
   /** The scope's advisory lock, which a claim probes to free a record whose holder's transaction has ended. */
   lockKey: string;
+  /** Who holds that lock (`LOCKED_BY`) if the claimer's own holder transaction took it; null otherwise. */
+  lockedBy: string | null;
 }
 
 export interface BatchedCompletion {
@@ -86,7 +88,7 @@ async function answeredSeparatelyOnItemFault<Item, Answer>(
 }
 
 /**
- * The claims, completions and releases of standard attempts (those without a holder transaction), coalesced: those
+ * The claims of every attempt, and the completions and releases of those without a transaction, coalesced: those
  * made while as many of their kind are in flight as `maxInFlight` allows go out together as one statement
  * (`StatementBatches`). Each caller gets its own record's answer; a statement's failure is each of its callers'.
  */
@@ -130,6 +132,7 @@ export class RecordBatches {
         items.map(({ timing }) => timing.leaseSeconds),
         items.map(({ timing }) => timing.ttlSeconds),
         items.map(({ lockKey }) => lockKey),
+        items.map(({ lockedBy }) => lockedBy),
       ],
       answerOf: (row) => row as ClaimRow,
       none: undefined,

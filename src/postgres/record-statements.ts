@@ -27,6 +27,17 @@ export function changeChannel(tableName: string): string {
  * Parameters, in order: account, endpoint, key, then each statement's own (the claim's: fingerprint, attempt, lease,
  * TTL, who holds the scope's lock (`LOCKED_BY`) if the claimer's transaction took it, and that lock's key).
  */
+/**
+ * Whether the transaction the claimer locked the scope in (its virtual transaction id and backend, `lockedBy`) holds
+ * the scope's advisory lock (`lockKey`) when the statement runs; false when `lockedBy` is null.
+ */
+function heldByItsClaimer(lockedBy: string, lockKey: string): string {
+  return `(${lockedBy} IS NOT NULL AND EXISTS (
+      SELECT 1 FROM pg_locks
+      WHERE locktype = 'advisory' AND granted AND ${LOCKED_BY} = ${lockedBy} AND objsubid = 1
+        AND classid = ((${lockKey} >> 32) & 4294967295)::oid AND objid = (${lockKey} & 4294967295)::oid))`;
+}
+
 export function recordStatements(tableName: string, channel: string): RecordStatements {
   const table = quoteTableName(tableName);
   const scope = 'account = $1 AND endpoint = $2 AND idempotency_key = $3';
@@ -44,10 +55,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
   // the server. A claim can wait (for a pooled connection, on a row lock) past its timeout, when its holder has been
   // rolled back and a retry's holder has the lock: a flag would then still say "held", and take the live retry over.
   // The id is that of one transaction, so neither a later transaction on the same connection nor a lost session passes.
-  const heldByClaimer = `($8::text IS NOT NULL AND EXISTS (
-      SELECT 1 FROM pg_locks
-      WHERE locktype = 'advisory' AND granted AND ${LOCKED_BY} = $8::text AND objsubid = 1
-        AND classid = (($9::bigint >> 32) & 4294967295)::oid AND objid = ($9::bigint & 4294967295)::oid))`;
+  const heldByClaimer = heldByItsClaimer('$8::text', '$9::bigint');
   // An in-progress record of the same request is free once its lease has lapsed, or once the transaction of a holder
   // that held the scope's advisory lock (lock_held) has ended: the claimer's own transaction holds that lock (taken
   // before this claim), or a probe takes it, for this statement only. The probe runs for lock_held records only: a
@@ -132,8 +140,9 @@ export function recordStatements(tableName: string, channel: string): RecordStat
 
 /**
  * The statements of a batch (`record-batches.ts`): one row of arrays in, one answer per item out, each tagged with
- * its item's position (`ord`, from 1). Only attempts without a holder transaction are batched: none holds a scope's
- * lock, so a claim frees a lock_held record by the probe alone. Claims take their rows in the order of their scopes,
+ * its item's position (`ord`, from 1). Every claim is batched, a transactional attempt's too (its holder
+ * transaction's lock checked per item, as by the single claim); outcomes and releases only of attempts without a
+ * transaction (an outcome in a transaction commits with it). Claims take their rows in the order of their scopes,
  * as every batch does, so that two batches (of this process or another) never wait for each other in a cycle.
  */
 function batchStatements(
@@ -142,26 +151,33 @@ function batchStatements(
 ): Pick<RecordStatements, 'claimBatch' | 'completeBatch' | 'releaseBatch'> {
   const sameScope = (a: string, b: string) =>
     `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
-  const takeable = (row: string, fingerprint: string, lockKey: string) =>
+  // As the single claim's, for each item: its claimer's own transaction may hold the scope's lock (a transactional
+  // attempt's holder), or a probe takes it for this statement only.
+  const takeable = (row: string, fingerprint: string, lockKey: string, held: string) =>
     `${row}.status = 'in_progress' AND ${row}.fingerprint = ${fingerprint}
-     AND (${row}.locked_until <= now() OR (${row}.lock_held AND pg_try_advisory_xact_lock(${lockKey})))`;
+     AND (${row}.locked_until <= now() OR (${row}.lock_held AND (${held} OR pg_try_advisory_xact_lock(${lockKey}))))`;
+  const inputOf = (column: string) => `(SELECT i.${column} FROM input i WHERE ${sameScope('i', 'r')})`;
   const claimBatch = prepared(`
-    WITH input AS (
+    WITH items AS (
       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::uuid[], $6::float8[], $7::float8[],
-                           $8::bigint[])
-        WITH ORDINALITY AS i(account, endpoint, idempotency_key, fingerprint, attempt, lease, ttl, lock_key, ord)
+                           $8::bigint[], $9::text[])
+        WITH ORDINALITY AS i(account, endpoint, idempotency_key, fingerprint, attempt, lease, ttl, lock_key, locked_by,
+                             ord)
+    ),
+    input AS (
+      SELECT i.*, ${heldByItsClaimer('i.locked_by', 'i.lock_key')} AS held FROM items i
     ),
     current AS (
       SELECT i.ord, r.fingerprint, r.status, r.response_status, r.response_headers, r.response_body,
              extract(epoch FROM r.expires_at - now())::float8 AS expires_in,
-             r.expires_at > now() AND NOT (${takeable('r', 'i.fingerprint', 'i.lock_key')}) AS holds
+             r.expires_at > now() AND NOT (${takeable('r', 'i.fingerprint', 'i.lock_key', 'i.held')}) AS holds
       FROM input i JOIN ${table} r ON ${sameScope('r', 'i')}
     ),
     claimed AS (
       INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
                                  created_at, locked_until, expires_at, lock_held)
       SELECT i.account, i.endpoint, i.idempotency_key, i.fingerprint, 'in_progress', i.attempt, 1, now(),
-             now() + make_interval(secs => i.lease), now() + make_interval(secs => i.lease + i.ttl), false
+             now() + make_interval(secs => i.lease), now() + make_interval(secs => i.lease + i.ttl), i.held
       FROM input i
       WHERE NOT EXISTS (SELECT 1 FROM current c WHERE c.ord = i.ord AND c.holds)
       ORDER BY i.account, i.endpoint, i.idempotency_key
@@ -170,9 +186,9 @@ function batchStatements(
         attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
         created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
         completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
-        awaited = r.awaited AND r.status = 'in_progress', lock_held = false
+        awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held
       WHERE r.expires_at <= now()
-         OR (${takeable('r', 'EXCLUDED.fingerprint', `(SELECT i.lock_key FROM input i WHERE ${sameScope('i', 'r')})`)})
+         OR (${takeable('r', 'EXCLUDED.fingerprint', inputOf('lock_key'), inputOf('held'))})
       RETURNING r.account, r.endpoint, r.idempotency_key, attempts > 1 AS takeover
     )
     SELECT i.ord, true AS claimed, c.takeover, NULL::text AS fingerprint, NULL::text AS status,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import { DataSource } from 'typeorm';
-import type { ClaimResult, IdempotencyScope } from '../../src/store/index.js';
+import type { ClaimResult, IdempotencyScope, StoreTransaction } from '../../src/store/index.js';
 import { idempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { holdLock, waitingForLock } from '../support/hold-lock.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
@@ -119,6 +119,40 @@ it('takes over a lapsed claim of the same request in a batch, and never a live o
   expect(lapsedAgain).toEqual({ claimed: true, takeover: true });
   expect(summary(liveAgain)).toBe('in_progress fp');
   expect(other).toEqual({ claimed: true, takeover: false });
+});
+
+it("claims of transactional attempts share a statement, each with its holder's lock: a dead holder's record is taken over at once, a live one's never", async () => {
+  const holding = async (scope: IdempotencyScope) => (await store.beginHoldingTransaction(scope)) as StoreTransaction;
+  const [live, dead, fresh] = ['live', 'dead', 'fresh'].map((name) => scopeOf(`${name}-${randomUUID()}`));
+  const liveHolder = await holding(live);
+  const deadHolder = await holding(dead);
+  await store.claim(live, 'fp', randomUUID(), TIMING, liveHolder);
+  await store.claim(dead, 'fp', randomUUID(), TIMING, deadHolder);
+  await deadHolder.rollback(); // its lock is gone with it; its lease has 30 s left
+  const holders = await Promise.all([holding(live), holding(dead), holding(fresh)]);
+  try {
+    const { result, statements } = await counted(() =>
+      Promise.all([
+        store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING), // goes out alone
+        ...[live, dead, fresh].map((scope, index) => store.claim(scope, 'fp', randomUUID(), TIMING, holders[index])),
+      ]),
+    );
+    expect(statements).toBe(2);
+    const [, liveAgain, deadAgain, freshClaim] = result;
+    expect([summary(liveAgain), deadAgain, freshClaim]).toEqual([
+      'in_progress fp',
+      { claimed: true, takeover: true },
+      { claimed: true, takeover: false },
+    ]);
+    // The records claimed are held by their holders' locks: a crash of either frees them at once, as before.
+    const rows = await db.query<{ lock_held: boolean }>(
+      'SELECT lock_held FROM idempotency_records WHERE idempotency_key = ANY($1)',
+      [[live, dead, fresh].map(({ key }) => key)],
+    );
+    expect(rows.map(({ lock_held }) => lock_held)).toEqual([true, true, true]);
+  } finally {
+    await Promise.all([liveHolder, ...holders].map((holder) => holder.rollback()));
+  }
 });
 
 it('a statement that fails by no fault of its items fails each claim of its batch, and claims none of them', async () => {
@@ -263,7 +297,10 @@ it('a claim batch and an outcome batch of the same records never deadlock: both 
       store.claim(a, 'fp', randomUUID(), TIMING),
       store.claim(b, 'fp', randomUUID(), TIMING),
     ]);
-    await waitFor(waitingForLock(db, '%INSERT INTO%'), 'the claims to wait for A');
+    await waitFor(
+      waitingForLock(db, '%$5::uuid[], $6::float8[]%') /* the claim batch's start */,
+      'the claims to wait for A',
+    );
     const outcomes = Promise.all([
       other.complete({ scope: scopeOf(`none-${randomUUID()}`), attempt: randomUUID() }, response('none'), 3600),
       other.complete({ scope: b, attempt: attemptB }, response('b'), 3600),

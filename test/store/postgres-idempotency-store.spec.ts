@@ -1,7 +1,6 @@
 import { createHash, randomUUID } from 'node:crypto';
 import pg from 'pg';
 import { DataSource } from 'typeorm';
-import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import { type IdempotencyScope, type StoredResponse } from '../../src/index.js';
 import {
   idempotencyMigrations,
@@ -297,7 +296,7 @@ describe('claim racing a takeover', () => {
       );
       // A retry of the old request starts now (its snapshot still shows the old response) and waits for X.
       const retry = store.claim(scope, 'fpA', randomUUID(), timing);
-      await waitFor(waitingForLock(db, '%claimed AS (%'), 'the retry to wait for the takeover');
+      await waitFor(waitingForLock(db, '%'), 'the retry to wait for the takeover');
       await x.query('COMMIT');
       await expect(retry).resolves.toEqual({ claimed: false, existing: { status: 'in_progress', fingerprint: 'fpB' } });
     } finally {
@@ -441,45 +440,42 @@ describe('holder transactions', () => {
     await holder.rollback().catch(() => undefined);
   });
 
-  it("never lets a claim that reaches the server after its holder ended take over the retry's live claim", async () => {
-    const scope = newScope();
-    const late = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
-    expect(late.heldLock).toBeDefined();
-    // The late claim waits for a pooled connection (the pool busy) past its timeout: its request is refused, and its
-    // holder rolled back meanwhile, which frees the lock for the retry's holder.
-    const driver = dataSource.driver as PostgresDriver;
-    const obtain = driver.obtainMasterConnection.bind(driver);
-    let connectionGiven!: () => void;
-    const poolBusy = new Promise<void>((resolve) => (connectionGiven = resolve));
-    let waitingForConnection!: () => void;
-    const waiting = new Promise<void>((resolve) => (waitingForConnection = resolve));
-    driver.obtainMasterConnection = async () => {
-      delete (driver as Partial<PostgresDriver>).obtainMasterConnection; // the next ones are the prototype's
-      waitingForConnection();
-      await poolBusy;
-      return obtain();
-    };
-    const lateClaim = store.claim(scope, 'fp', randomUUID(), timing, late);
-    await waiting;
-    await late.rollback();
-    const retry = (await store.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
-    try {
-      expect(retry.heldLock).toBeDefined();
-      const retryAttempt = randomUUID();
-      await expect(store.claim(scope, 'fp', retryAttempt, timing, retry)).resolves.toEqual({
-        claimed: true,
-        takeover: false,
-      });
-      connectionGiven();
-      await expect(lateClaim).resolves.toEqual(inProgress('fp'));
-      await expect(recordOf(scope)).resolves.toMatchObject({ attempt: retryAttempt });
-      await expect(store.complete({ scope, attempt: retryAttempt }, response, 3600, retry)).resolves.toBe(true);
-      await retry.commit();
-    } finally {
-      await retry.rollback();
-    }
-    await expect(lockHeldOf(scope)).resolves.toBe(false); // completed: nobody's lock
-  });
+  // A claim can reach the server late (it waited for a connection, or behind a batch in flight) after its request was
+  // refused and its holder rolled back, which freed the lock for the retry's holder. Its holder's lock is checked by
+  // that transaction's identity when the statement runs, in a batch as alone.
+  it.each([
+    ['in a batch', () => store],
+    [
+      'alone (batching: false)',
+      () => new PostgresIdempotencyStore(dataSource, 'idempotency_records', { batching: false }),
+    ],
+  ])(
+    "never lets a claim that reaches the server after its holder ended take over the retry's live claim, %s",
+    async (_, storeFor) => {
+      const claiming = storeFor();
+      const scope = newScope();
+      const late = (await claiming.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+      expect(late.heldLock).toBeDefined();
+      await late.rollback();
+      const retry = (await claiming.beginHoldingTransaction(scope)) as PostgresStoreTransaction;
+      try {
+        expect(retry.heldLock).toBeDefined();
+        const retryAttempt = randomUUID();
+        await expect(claiming.claim(scope, 'fp', retryAttempt, timing, retry)).resolves.toEqual({
+          claimed: true,
+          takeover: false,
+        });
+        await expect(claiming.claim(scope, 'fp', randomUUID(), timing, late)).resolves.toEqual(inProgress('fp'));
+        await expect(recordOf(scope)).resolves.toMatchObject({ attempt: retryAttempt });
+        await expect(claiming.complete({ scope, attempt: retryAttempt }, response, 3600, retry)).resolves.toBe(true);
+        await retry.commit();
+      } finally {
+        await retry.rollback();
+        if (claiming !== store) await claiming.close();
+      }
+      await expect(lockHeldOf(scope)).resolves.toBe(false); // completed: nobody's lock
+    },
+  );
 
   it("checks a claim's holder by its transaction's id and its backend: the same id on another backend does not pass", async () => {
     // Virtual transaction ids are a backend's slot and a counter, both restarted with the server: after a restart, a
