@@ -4,8 +4,8 @@ import type { Pool, PoolClient, PoolConfig } from 'pg';
 const BATCH_LOCK_TIMEOUT_MS = 500;
 
 /**
- * The connections coalesced statements run on: a pool of their own, made at the first batch with the settings of the
- * data source's pool, so that a batch never waits behind the handlers' statements for one of its connections (at full
+ * The connections coalesced statements run on: a pool of their own, made at the first batch with the settings and the
+ * `connect` listeners of the data source's pool, so that a batch never waits behind the handlers' statements for one of its connections (at full
  * load, the whole batch would wait for the whole queue).
  */
 export class BatchConnections {
@@ -46,6 +46,9 @@ export class BatchConnections {
     const PoolClass = master.constructor as new (config: PoolConfig) => Pool;
     const pool = new PoolClass({ ...master.options, min: 0, max: this.size });
     pool.on('error', () => undefined); // an idle connection lost: the next batch opens another
+    // The application's set-up of each session (`SET search_path`, `SET ROLE`, in a listener of the data source's pool)
+    // is the batches' too: without it, a batch could reach another table than the store's other statements do.
+    for (const listener of master.listeners('connect')) pool.on('connect', listener as (client: PoolClient) => void);
     // A batch waits at most this long on a row lock (a long transaction holding one record), then its items go one by
     // one (record-batches.ts), so that one held record never holds every claim of the process.
     if (this.ownSessions) {

@@ -1,6 +1,8 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
+import type { PoolClient } from 'pg';
 import { DataSource } from 'typeorm';
+import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type { ClaimResult, IdempotencyScope, StoreTransaction } from '../../src/store/index.js';
 import { idempotencyMigrations, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { holdLock, waitingForLock } from '../support/hold-lock.js';
@@ -288,6 +290,8 @@ it('a claim batch and an outcome batch of the same records never deadlock: both 
   const other = new PostgresIdempotencyStore(dataSource, 'idempotency_records', {
     batching: { maxBatchSize: 64, maxInFlight: 1 },
   });
+  // Its batches' connection open beforehand: the whole scene must fit in a batch's lock_timeout (500 ms).
+  await other.complete({ scope: scopeOf(`warm-${randomUUID()}`), attempt: randomUUID() }, response('none'), 3600);
   try {
     // The retries' claims in one statement, waiting on A; the outcomes in one statement of another connection. A
     // deadlock would fail one of the two, whose items would then go one by one: more statements than two each.
@@ -319,6 +323,35 @@ it('a claim batch and an outcome batch of the same records never deadlock: both 
   } finally {
     await lock.letGo();
     await other.close();
+  }
+});
+
+it("sets up each batch's session as the application sets up its data source's (a connect listener's search_path)", async () => {
+  // The table the sessions' search_path finds is in schema tenant_a; public holds another, which no batch may reach.
+  await db.query('CREATE SCHEMA tenant_a');
+  await db.query('CREATE TABLE tenant_a.idempotency_records (LIKE public.idempotency_records INCLUDING ALL)');
+  const scoped = new DataSource({ type: 'postgres', url: db.url });
+  await scoped.initialize();
+  (scoped.driver as PostgresDriver).master.on('connect', (client: PoolClient) => {
+    client.query('SET search_path TO tenant_a').catch(() => undefined);
+  });
+  const inSchema = new PostgresIdempotencyStore(scoped, 'idempotency_records');
+  try {
+    const scope = scopeOf(`schema-${randomUUID()}`);
+    const attempt = randomUUID();
+    await expect(inSchema.claim(scope, 'fp', attempt, TIMING)).resolves.toEqual({ claimed: true, takeover: false });
+    await expect(inSchema.complete({ scope, attempt }, response('stored'), 3600)).resolves.toBe(true);
+    const statusIn = async (table: string) =>
+      (await db.query<{ status: string }>(`SELECT status FROM ${table} WHERE idempotency_key = $1`, [scope.key])).map(
+        ({ status }) => status,
+      );
+    expect([await statusIn('tenant_a.idempotency_records'), await statusIn('public.idempotency_records')]).toEqual([
+      ['completed'],
+      [],
+    ]);
+  } finally {
+    await inSchema.close();
+    await scoped.destroy();
   }
 });
 
