@@ -23,7 +23,7 @@ import { clientConfig, DEFAULT_BATCH_LIMITS } from './postgres-options.js';
 import { type BatchedClaim, type BatchedCompletion, type BatchLimits, RecordBatches } from './record-batches.js';
 import { BatchConnections } from './batch-connections.js';
 import { ownTransaction } from './postgres-store-transaction.js';
-import { StoreStatements } from './store-statements.js';
+import { type StatementConnections, StoreStatements } from './store-statements.js';
 import { heldRecordStatement, RecordPolling } from './record-polling.js';
 import {
   changeChannel,
@@ -124,6 +124,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     this.namedStatements = options.transactionPooler !== true;
     const batching = options.batching ?? DEFAULT_BATCH_LIMITS;
     if (batching !== false) {
+      const fallbackConnections = this.namedStatements ? 'batches' : 'pool';
       this.batchConnections = new BatchConnections(
         () => (this.dataSource.driver as PostgresDriver).master as Pool,
         2 * batching.maxInFlight,
@@ -132,10 +133,14 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
       this.batches = new RecordBatches(
         this.statements,
         (statement, values) => this.statementsOf.query(statement, values, undefined, 'batches'),
+        // One by one on the batches' connections, where a row lock is waited for 500 ms at most: a record held by a
+        // long transaction fails its own operation then (a 503, a finalize retried later), rather than hold a
+        // connection of the data source's pool for as long as the lock lasts. Behind a transaction pooler, whose
+        // sessions have no such bound, on the data source's pool, which is the larger.
         {
-          claim: (claim) => this.claimAlone(claim),
-          complete: (completion) => this.completeAlone(completion),
-          release: (claim) => this.releaseAlone(claim),
+          claim: (claim) => this.claimAlone(claim, fallbackConnections),
+          complete: (completion) => this.completeAlone(completion, undefined, fallbackConnections),
+          release: (claim) => this.releaseAlone(claim, fallbackConnections),
         },
         batching,
       );
@@ -201,35 +206,34 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   /** A claim in a statement of its own. */
-  private async claimAlone(claim: BatchedClaim): Promise<ClaimRow | undefined> {
+  private async claimAlone(claim: BatchedClaim, connections?: StatementConnections): Promise<ClaimRow | undefined> {
     const { scope, fingerprint, attempt, timing, lockKey, lockedBy } = claim;
-    const [row] = await this.statementsOf.query<ClaimRow>(this.statements.claim, [
+    const parameters = [
       ...[scope.account, scope.endpoint, scope.key, fingerprint, attempt],
       ...[timing.leaseSeconds, timing.ttlSeconds, lockedBy, lockKey],
-    ]);
+    ];
+    const [row] = await this.statementsOf.query<ClaimRow>(this.statements.claim, parameters, undefined, connections);
     return row;
   }
 
   private async completeAlone(
     { claim: { scope, attempt }, response, ttlSeconds }: BatchedCompletion,
     transaction?: StoreTransaction,
+    connections?: StatementConnections,
   ): Promise<boolean> {
     const parameters = [
       ...[scope.account, scope.endpoint, scope.key, attempt],
       ...[response.status, JSON.stringify(response.headers), response.body, ttlSeconds],
     ];
-    return (await this.statementsOf.changed(this.statements.complete, parameters, transaction)) === 1;
+    return (await this.statementsOf.changed(this.statements.complete, parameters, transaction, connections)) === 1;
   }
 
-  private async releaseAlone({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
-    return (
-      (await this.statementsOf.changed(this.statements.release, [
-        scope.account,
-        scope.endpoint,
-        scope.key,
-        attempt,
-      ])) === 1
-    );
+  private async releaseAlone(
+    { scope, attempt }: IdempotencyClaim,
+    connections?: StatementConnections,
+  ): Promise<boolean> {
+    const parameters = [scope.account, scope.endpoint, scope.key, attempt];
+    return (await this.statementsOf.changed(this.statements.release, parameters, undefined, connections)) === 1;
   }
 
   async markAwaited(scope: IdempotencyScope): Promise<boolean> {

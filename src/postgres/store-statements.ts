@@ -7,6 +7,9 @@ import { ownTransaction } from './postgres-store-transaction.js';
 import type { Statement } from './record-statements.js';
 import { namedStatementFailure } from './transaction-pooler.js';
 
+/** Where a statement without a transaction runs: on the data source's pool, or on the batches' own connections. */
+export type StatementConnections = 'pool' | 'batches';
+
 /**
  * How the store sends its statements, and how many it has sent: each on a pooled connection of the data source, on
  * a transaction's, or on the batches' own. As a named prepared statement, PostgreSQL plans it once per connection
@@ -29,8 +32,13 @@ export class StoreStatements {
   }
 
   /** The rows a counting statement changed (`countingRows` in record-statements.ts). */
-  async changed(statement: Statement, parameters: unknown[], transaction?: StoreTransaction): Promise<number> {
-    const [{ count }] = await this.query<{ count: number }>(statement, parameters, transaction);
+  async changed(
+    statement: Statement,
+    parameters: unknown[],
+    transaction?: StoreTransaction,
+    connections?: StatementConnections,
+  ): Promise<number> {
+    const [{ count }] = await this.query<{ count: number }>(statement, parameters, transaction, connections);
     return count;
   }
 
@@ -38,7 +46,7 @@ export class StoreStatements {
     statement: Statement,
     values: unknown[],
     transaction?: StoreTransaction,
-    connections: 'pool' | 'batches' = 'pool',
+    connections: StatementConnections = 'pool',
   ): Promise<Row[]> {
     try {
       return await this.send<Row>(
@@ -55,7 +63,7 @@ export class StoreStatements {
   async send<Row>(
     config: QueryConfig,
     transaction?: StoreTransaction,
-    connections: 'pool' | 'batches' = 'pool',
+    connections: StatementConnections = 'pool',
   ): Promise<Row[]> {
     this.sent += 1;
     if (transaction) {

@@ -261,6 +261,34 @@ it('a batch that meets a record locked by a long transaction answers its other c
   }
 });
 
+it("a claim of a record locked past the batches' bound fails alone after it, and leaves no statement waiting", async () => {
+  const held = [1, 2, 3].map((n) => scopeOf(`held-${n}-${randomUUID()}`));
+  for (const scope of held) await store.claim(scope, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
+  await db.query('SELECT pg_sleep(0.01)');
+  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = ANY($1) FOR UPDATE', [
+    held.map(({ key }) => key),
+  ]);
+  try {
+    const claims = Promise.allSettled(held.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)));
+    // Each waits 500 ms in its batch, then 500 ms alone: bounded, where a statement on the data source's pool would
+    // wait for as long as the lock lasts, a connection of the application's held by each.
+    const settled = await Promise.race([claims, delay(10_000).then(() => 'still waiting' as const)]);
+    expect(settled).not.toBe('still waiting');
+    expect((settled as PromiseSettledResult<ClaimResult>[]).map((result) => result.status)).toEqual([
+      'rejected',
+      'rejected',
+      'rejected',
+    ]);
+    await expect(waitingForLock(db, '%')()).resolves.toBeUndefined();
+    await expect(store.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)).resolves.toEqual({
+      claimed: true,
+      takeover: false,
+    });
+  } finally {
+    await lock.letGo();
+  }
+});
+
 it('a record the table refuses fails its own claim only, not the others of its statement', async () => {
   const [, refused, ...accepted] = await Promise.allSettled([
     store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING),
