@@ -152,7 +152,10 @@ function batchStatements(
   const sameScope = (a: string, b: string) =>
     `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
   // As the single claim's, for each item: its claimer's own transaction may hold the scope's lock (a transactional
-  // attempt's holder), or a probe takes it for this statement only.
+  // attempt's holder), or a probe takes it for this statement only. The update of a record checks the holder again,
+  // in pg_locks, once the row is its: the statement may have waited on another item's row meanwhile, while the
+  // claimer's holder ended and a retry's took the lock and the record (`held`, read as the statement began, would
+  // take that live record over).
   const takeable = (row: string, fingerprint: string, lockKey: string, held: string) =>
     `${row}.status = 'in_progress' AND ${row}.fingerprint = ${fingerprint}
      AND (${row}.locked_until <= now() OR (${row}.lock_held AND (${held} OR pg_try_advisory_xact_lock(${lockKey}))))`;
@@ -188,7 +191,7 @@ function batchStatements(
         completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
         awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held
       WHERE r.expires_at <= now()
-         OR (${takeable('r', 'EXCLUDED.fingerprint', inputOf('lock_key'), inputOf('held'))})
+         OR (${takeable('r', 'EXCLUDED.fingerprint', inputOf('lock_key'), heldByItsClaimer(inputOf('locked_by'), inputOf('lock_key')))})
       RETURNING r.account, r.endpoint, r.idempotency_key, attempts > 1 AS takeover
     )
     SELECT i.ord, true AS claimed, c.takeover, NULL::text AS fingerprint, NULL::text AS status,

@@ -157,6 +157,56 @@ it("claims of transactional attempts share a statement, each with its holder's l
   }
 });
 
+it("a batched claim whose holder ends while the statement waits on another record never takes over the retry's live claim", async () => {
+  const holding = async (on: PostgresIdempotencyStore, scope: IdempotencyScope) =>
+    (await on.beginHoldingTransaction(scope)) as StoreTransaction;
+  const [blocker, target] = [scopeOf(`a-blocker-${randomUUID()}`), scopeOf(`b-target-${randomUUID()}`)];
+  // The target is in progress, held by a holder that died (its lease has 30 s left); the blocker's lease has lapsed,
+  // so the batch goes for its row, which a long transaction holds.
+  const dead = await holding(store, target);
+  await store.claim(target, 'fp', randomUUID(), TIMING, dead);
+  await dead.rollback();
+  await store.claim(blocker, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
+  await db.query('SELECT pg_sleep(0.01)');
+  const other = new PostgresIdempotencyStore(dataSource, 'idempotency_records', {
+    batching: { maxBatchSize: 64, maxInFlight: 1 },
+  });
+  const lateHolder = await holding(store, target); // alive as its claim's statement begins
+  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [
+    blocker.key,
+  ]);
+  let retryHolder: StoreTransaction | undefined;
+  try {
+    const lateAttempt = randomUUID();
+    const [, , late] = [
+      store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING), // goes out alone
+      store.claim(blocker, 'fp', randomUUID(), TIMING),
+      store.claim(target, 'fp', lateAttempt, TIMING, lateHolder), // one batch with the blocker, after it
+    ];
+    await waitFor(waitingForLock(db, '%$5::uuid[], $6::float8[]%'), 'the batch to wait for the blocker');
+    // The late claim's request is refused meanwhile: its holder rolled back, the retry's (another instance) takes
+    // the lock and the record.
+    await lateHolder.rollback();
+    retryHolder = await holding(other, target);
+    const retryAttempt = randomUUID();
+    await expect(other.claim(target, 'fp', retryAttempt, TIMING, retryHolder)).resolves.toEqual({
+      claimed: true,
+      takeover: true,
+    });
+    await lock.letGo();
+    await expect(late).resolves.toEqual({ claimed: false, existing: { status: 'in_progress', fingerprint: 'fp' } });
+    const [record] = await db.query<{ attempt: string }>(
+      'SELECT attempt FROM idempotency_records WHERE idempotency_key = $1',
+      [target.key],
+    );
+    expect(record.attempt).toBe(retryAttempt);
+  } finally {
+    await lock.letGo();
+    await retryHolder?.rollback();
+    await other.close();
+  }
+});
+
 it('a statement that fails by no fault of its items fails each claim of its batch, and claims none of them', async () => {
   const scopes = [scopeOf(`alone-${randomUUID()}`), scopeOf(`a-${randomUUID()}`), scopeOf(`b-${randomUUID()}`)];
   // The table gone for a moment (a fault of the database, not of a record): the first claim's statement and the
