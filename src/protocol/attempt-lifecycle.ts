@@ -16,12 +16,7 @@ import type {
 import { type AttemptEnding, IdempotencyAttempt } from './idempotency-attempt.js';
 import type { AttemptOutcome, ClaimEnding } from './claim-ending.js';
 import { LeaseRenewals } from './lease-renewals.js';
-import {
-  type ClaimedRequest,
-  type DrainParticipant,
-  type RunningAttempt,
-  RunningAttempts,
-} from './running-attempts.js';
+import type { ClaimedRequest, DrainParticipant, RunningAttempt, RunningAttempts } from './running-attempts.js';
 import { describeScope, withTimeout } from './store-bounds.js';
 import { type IdempotencyTelemetry, refusalOutcome } from './idempotency-telemetry.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
@@ -33,7 +28,6 @@ import { publishIdempotencyEvent } from './idempotency-events.js';
  */
 export class AttemptLifecycle implements AttemptEnding {
   private readonly leases: LeaseRenewals;
-  private readonly attempts: RunningAttempts;
 
   constructor(
     private readonly store: IdempotencyStore,
@@ -41,9 +35,9 @@ export class AttemptLifecycle implements AttemptEnding {
     /** Where every claim ends: stored, released, or its transaction cut. */
     private readonly claims: ClaimEnding,
     private readonly telemetry: IdempotencyTelemetry,
-    shutdownTimeoutSeconds: number,
+    /** The attempts running now, which the decision also asks whether a claim is refused during the drain. */
+    private readonly attempts: RunningAttempts,
   ) {
-    this.attempts = new RunningAttempts(logger, shutdownTimeoutSeconds);
     this.leases = new LeaseRenewals(store, logger, (transaction, policy) => void claims.cut(transaction, policy));
   }
 
@@ -75,16 +69,8 @@ export class AttemptLifecycle implements AttemptEnding {
    * scope, so that a retry takes over at once a claim whose holder died, rather than once its lease lapses.
    * `undefined` in standard mode, and when the store allows no more transactions now: the claim then goes on without
    * one (its answer never waits for a slot), and the transaction is opened after it, falling back to the lease.
-   * Refuses the claim instead once the drain has begun, unless the call is work the process holds (`inHand`).
    */
-  openHolder(
-    scope: IdempotencyScope,
-    policy: IdempotencyPolicy,
-    inHand: boolean,
-  ): Promise<StoreTransaction | undefined> {
-    if (this.attempts.refuses(inHand)) {
-      return Promise.reject(new IdempotencyShuttingDownError(policy.retryAfterSeconds));
-    }
+  openHolder(scope: IdempotencyScope, policy: IdempotencyPolicy): Promise<StoreTransaction | undefined> {
     if (!policy.transactional) return Promise.resolve(undefined);
     return this.opened(this.store.beginHoldingTransaction(scope), scope, policy);
   }

@@ -4,6 +4,7 @@ import {
   IdempotencyKeyReuseError,
   IdempotencyOutcomeWithheldError,
   IdempotencyRecordUnreadableError,
+  IdempotencyShuttingDownError,
   IdempotencyStoreUnavailableError,
   IdempotencyRequestInProgressError,
 } from './idempotency.errors.js';
@@ -18,7 +19,7 @@ import type {
 } from './idempotency-store.interface.js';
 import type { IdempotencyAttempt } from './idempotency-attempt.js';
 import type { AttemptLifecycle } from './attempt-lifecycle.js';
-import type { ClaimedRequest } from './running-attempts.js';
+import type { ClaimedRequest, RunningAttempts } from './running-attempts.js';
 import type { ReplayCache } from './replay-cache.js';
 import type { OutcomeSealing } from './outcome-sealing.js';
 import { EnvelopeUnreadableError } from './outcome-envelope.js';
@@ -54,6 +55,8 @@ export class ClaimDecision {
     private readonly replays: ReplayCache,
     private readonly sealing: OutcomeSealing,
     private readonly attempts: AttemptLifecycle,
+    /** Asked, before each claim, whether the drain refuses it. */
+    private readonly running: RunningAttempts,
     private readonly telemetry: IdempotencyTelemetry,
   ) {
     this.unreadableLog = new OnceLog(logger);
@@ -77,8 +80,9 @@ export class ClaimDecision {
     let waited = false;
     const wait = new InFlightWait(this.store, this.logger, scope, policy);
     for (;;) {
+      if (this.running.refuses(inHand)) throw new IdempotencyShuttingDownError(policy.retryAfterSeconds);
       const waiting = await wait.listen();
-      const holder = await this.attempts.openHolder(scope, policy, inHand).catch((error: unknown) => {
+      const holder = await this.attempts.openHolder(scope, policy).catch((error: unknown) => {
         wait.stop();
         throw error;
       });

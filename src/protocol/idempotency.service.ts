@@ -24,7 +24,7 @@ import { ExpiredRecordsPurge } from './expired-records-purge.js';
 import { ClaimEnding } from './claim-ending.js';
 import { AttemptLifecycle } from './attempt-lifecycle.js';
 import { ClaimDecision, type IdempotencyDecision } from './claim-decision.js';
-import type { DrainParticipant } from './running-attempts.js';
+import { type DrainParticipant, RunningAttempts } from './running-attempts.js';
 import { OutcomeSealing } from './outcome-sealing.js';
 import { IdempotencyTelemetry, type IdempotencyOutcome } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
@@ -72,8 +72,17 @@ export class IdempotencyService {
     const claims = new ClaimEnding(store, this.logger, sealing, this.telemetry, (run, response, policy) =>
       this.rememberOutcome(run, response, policy),
     );
-    this.lifecycle = new AttemptLifecycle(store, this.logger, claims, this.telemetry, resolveShutdownTimeout(options));
-    this.decisions = new ClaimDecision(store, this.logger, this.replays, sealing, this.lifecycle, this.telemetry);
+    const running = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
+    this.lifecycle = new AttemptLifecycle(store, this.logger, claims, this.telemetry, running);
+    this.decisions = new ClaimDecision(
+      store,
+      this.logger,
+      this.replays,
+      sealing,
+      this.lifecycle,
+      running,
+      this.telemetry,
+    );
   }
 
   /**

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { jest } from '@jest/globals';
 import type { INestApplicationContext } from '@nestjs/common';
 import { IdempotencyService, IdempotencyShuttingDownError, type IdempotencyScope } from '../../src/index.js';
 import { type ClaimResult, type ClaimTiming, IDEMPOTENCY_STORE, type StoreTransaction } from '../../src/store/index.js';
@@ -110,6 +111,24 @@ describe('shutdown while an attempt waits for its transaction', () => {
       await expect(executing).resolves.toBeInstanceOf(IdempotencyShuttingDownError);
     } finally {
       await app.close();
+    }
+  });
+});
+
+describe('a new claim once the drain has begun', () => {
+  it("is refused before it listens for an outcome it would wait for (inFlight: 'wait')", async () => {
+    const { context: drained } = await startGated();
+    try {
+      const store = drained.get<GatedClaimStore>(IDEMPOTENCY_STORE);
+      const service = drained.get(IdempotencyService);
+      await service.drain();
+      const listening = jest.spyOn(store, 'waitForChange');
+      await expect(
+        service.execute({ name: 'payout', key: randomUUID() }, () => Promise.resolve(1), { inFlight: 'wait' }),
+      ).rejects.toBeInstanceOf(IdempotencyShuttingDownError);
+      expect(listening).not.toHaveBeenCalled();
+    } finally {
+      await drained.close();
     }
   });
 });
