@@ -90,14 +90,15 @@ export class IdempotencyTelemetry {
   private readonly claimAttributes = new WeakMap<IdempotencyClaim, Attributes>();
   private readonly runs = new WeakMap<IdempotencyRun, RunTiming>();
   /**
-   * Whether a meter provider was registered before the module started: without one, store calls are not timed at all
-   * (timing them for a no-op histogram cost microseconds a request).
+   * Whether a meter provider was registered before the module started: without one, nothing is measured, store calls
+   * are not timed and outcomes not counted (timing them, and building each count's attributes, for instruments that
+   * record nothing cost microseconds a request). Spans are another matter: a tracer provider registered later is used.
    */
-  readonly measuresStore: boolean;
+  readonly metered: boolean;
 
   constructor() {
     const meter = metrics.getMeter(IDEMPOTENCY_INSTRUMENTATION_NAME);
-    this.measuresStore = Object.getPrototypeOf(meter) !== Object.getPrototypeOf(createNoopMeter());
+    this.metered = Object.getPrototypeOf(meter) !== Object.getPrototypeOf(createNoopMeter());
     this.tracer = trace.getTracer(IDEMPOTENCY_INSTRUMENTATION_NAME);
     this.outcomes = meter.createCounter('idempotency.outcomes', {
       unit: '{outcome}',
@@ -150,7 +151,7 @@ export class IdempotencyTelemetry {
   }
 
   count(outcome: IdempotencyOutcome, attributes: Attributes): void {
-    this.outcomes.add(1, withOutcome(attributes, outcome));
+    if (this.metered) this.outcomes.add(1, withOutcome(attributes, outcome));
   }
 
   /** Times a store operation, with its `error.type` when it failed. */

@@ -63,7 +63,7 @@ export class IdempotencyService {
     @Inject(IDEMPOTENCY_STORE) store: IdempotencyStore,
     @Inject(IDEMPOTENCY_MODULE_OPTIONS) options: ProtocolModuleOptions,
   ) {
-    store = this.store = this.telemetry.measuresStore ? timedStore(store, this.telemetry) : store;
+    store = this.store = this.telemetry.metered ? timedStore(store, this.telemetry) : store;
     this.modulePolicy = resolvePolicy(options);
     checkTenancy(options);
     this.purge = new ExpiredRecordsPurge(store, resolvePurgeSettings(options).batchSize);
