@@ -62,29 +62,87 @@ export interface SingleRecordStatements {
 /**
  * The faults of a batch that may be one item's, not the database's: a value the table refuses (class 21, 22, 23: a
  * TTL past the timestamps' range, a character the database's encoding lacks), a row lock waited for past the batch's
- * `lock_timeout` (55P03: a long transaction holds one record), a deadlock (40P01). Its items then go one by one, each
- * with its own answer, so that one request's record never fails or holds the requests that shared its statement.
+ * `lock_timeout` (55P03: a long transaction holds one record), a deadlock (40P01). Its items are then answered each
+ * on its own, so that one request's record never fails or holds the requests that shared its statement.
  */
 function isItemFault(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && (/^2[123]/.test(code) || code === '55P03' || code === '40P01');
+  const code = codeOf(error);
+  return typeof code === 'string' && (/^2[123]/.test(code) || code === LOCK_WAIT_TIMEOUT || code === '40P01');
+}
+
+const LOCK_WAIT_TIMEOUT = '55P03';
+
+function codeOf(error: unknown): unknown {
+  return (error as { code?: unknown } | null)?.code;
+}
+
+/** How a batch is sent, and what is done for its items when it fails by an item's fault. */
+interface BatchSending<Item, Answer> {
+  /** The items' answers, in their order, from one statement. */
+  batch: (items: Item[]) => Promise<Answer[]>;
+  /** One item's answer, from a statement of its own. */
+  one: (item: Item) => Promise<Answer>;
+  /** The positions (from 0) of the items whose records another transaction holds locked now. */
+  lockedOf: (items: Item[]) => Promise<Set<number>>;
 }
 
 /**
- * A batch's answers, or, when it failed by an item's fault, each item's own through `one`, each answered as soon as
- * it is (an item that waits on a locked record waits alone).
+ * A batch's answers, or, when it failed by an item's fault, each item's own, answered as soon as it is. Past a row
+ * lock's bound, the items whose records are held go one after another (each waits on its own lock, up to the bound),
+ * and the others go again together at once, so that they never queue behind the held ones for the batches' few
+ * connections; on another item's fault, or when no record is held any more, every item goes one by one.
  */
 async function answeredSeparatelyOnItemFault<Item, Answer>(
   items: Item[],
-  batch: () => Promise<Answer[]>,
-  one: (item: Item) => Promise<Answer>,
+  sending: BatchSending<Item, Answer>,
 ): Promise<Promise<Answer>[]> {
   try {
-    return (await batch()).map((answer) => Promise.resolve(answer));
+    return (await sending.batch(items)).map((answer) => Promise.resolve(answer));
   } catch (error) {
     if (!isItemFault(error)) throw error;
-    return items.map(one);
+    const held = codeOf(error) === LOCK_WAIT_TIMEOUT && items.length > 1 ? await heldIn(items, sending) : undefined;
+    if (!held?.size) return items.map(sending.one);
+    const free = answeredAlongside(
+      items.filter((_, index) => !held.has(index)),
+      sending,
+    );
+    const heldOnes = oneAfterAnother(
+      items.filter((_, index) => held.has(index)),
+      sending.one,
+    );
+    return items.map((_, index) => (held.has(index) ? heldOnes : free).shift() as Promise<Answer>);
   }
+}
+
+/**
+ * Each item's answer through `one`, one statement at a time: held records, each waiting up to the bound, take one of
+ * the batches' connections, never all of them from the batches that come next.
+ */
+function oneAfterAnother<Item, Answer>(items: Item[], one: (item: Item) => Promise<Answer>): Promise<Answer>[] {
+  let previous: Promise<unknown> = Promise.resolve();
+  return items.map((item) => {
+    const answer = previous.then(() => one(item));
+    previous = answer.catch(() => undefined);
+    return answer;
+  });
+}
+
+/** The positions of the items whose records are held, or `undefined` when that cannot be found out. */
+function heldIn<Item, Answer>(items: Item[], sending: BatchSending<Item, Answer>): Promise<Set<number> | undefined> {
+  return sending.lockedOf(items).catch(() => undefined);
+}
+
+/** The answers of items sent again as one statement; one by one if that too fails by an item's fault. */
+function answeredAlongside<Item, Answer>(items: Item[], sending: BatchSending<Item, Answer>): Promise<Answer>[] {
+  if (items.length === 0) return [];
+  const again = sending.batch(items).then(
+    (answers) => answers.map((answer) => Promise.resolve(answer)),
+    (error: unknown) => {
+      if (!isItemFault(error)) throw error;
+      return items.map(sending.one);
+    },
+  );
+  return items.map((_, index) => again.then((answers) => answers[index]));
 }
 
 /**
@@ -107,22 +165,26 @@ export class RecordBatches {
           'Records per statement of the coalesced claims, outcomes and releases, by idempotency.store.operation.',
         advice: { explicitBucketBoundaries: [1, 2, 4, 8, 16, 32, 64, 128] },
       });
-    const batchesOf = <Item, Answer>(kind: BatchKind<Item, Answer>) =>
-      new StatementBatches<Item, Answer>(
-        (items) =>
-          answeredSeparatelyOnItemFault(
-            items,
-            async () => {
-              const values = [...scopeColumns(items.map(kind.scopeOf)), ...kind.columnsOf(items)];
-              batchSize.record(items.length, { 'idempotency.store.operation': kind.operation });
-              const rows = await run<BatchRow>(statements[`${kind.operation}Batch`], values);
-              return answersInOrder(items.length, rows, kind.answerOf, kind.none);
-            },
-            kind.one,
-          ),
+    const batchesOf = <Item, Answer>(kind: BatchKind<Item, Answer>) => {
+      const sending: BatchSending<Item, Answer> = {
+        batch: async (items) => {
+          const values = [...scopeColumns(items.map(kind.scopeOf)), ...kind.columnsOf(items)];
+          batchSize.record(items.length, { 'idempotency.store.operation': kind.operation });
+          const rows = await run<BatchRow>(statements[`${kind.operation}Batch`], values);
+          return answersInOrder(items.length, rows, kind.answerOf, kind.none);
+        },
+        one: kind.one,
+        lockedOf: async (items) => {
+          const rows = await run<{ ord: string }>(statements.lockedRecords, scopeColumns(items.map(kind.scopeOf)));
+          return new Set(rows.map(({ ord }) => Number(ord) - 1));
+        },
+      };
+      return new StatementBatches<Item, Answer>(
+        (items) => answeredSeparatelyOnItemFault(items, sending),
         (item) => scopeKey(kind.scopeOf(item)),
         limits,
       );
+    };
     this.claims = batchesOf<BatchedClaim, ClaimRow | undefined>({
       operation: 'claim',
       scopeOf: ({ scope }) => scope,

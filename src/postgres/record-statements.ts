@@ -15,6 +15,8 @@ export interface RecordStatements {
   claimBatch: Statement;
   completeBatch: Statement;
   releaseBatch: Statement;
+  /** The positions (`ord`) of the scopes whose records another transaction holds locked now, found without waiting. */
+  lockedRecords: Statement;
 }
 
 /** The channel completing or releasing a record of `tableName` notifies; fixed-length: identifiers stop at 63 bytes. */
@@ -148,7 +150,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
 function batchStatements(
   table: string,
   channel: string,
-): Pick<RecordStatements, 'claimBatch' | 'completeBatch' | 'releaseBatch'> {
+): Pick<RecordStatements, 'claimBatch' | 'completeBatch' | 'releaseBatch' | 'lockedRecords'> {
   const sameScope = (a: string, b: string) =>
     `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
   // As the single claim's, for each item: its claimer's own transaction may hold the scope's lock (a transactional
@@ -255,7 +257,20 @@ function batchStatements(
       RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
     )`),
   );
-  return { claimBatch, completeBatch, releaseBatch };
+  // A batch that waited past its bound on a row lock asks which of its records are held, rather than send each of them
+  // alone: those are the records that exist but that it cannot lock (SKIP LOCKED never waits). Its locks end with the
+  // statement.
+  const lockedRecords = prepared(`
+    WITH input AS (
+      SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS i(account, endpoint, idempotency_key, ord)
+    ),
+    free AS (
+      SELECT r.account, r.endpoint, r.idempotency_key FROM ${table} r JOIN input i ON ${sameScope('r', 'i')}
+      FOR UPDATE OF r SKIP LOCKED
+    )
+    SELECT i.ord FROM input i JOIN ${table} r ON ${sameScope('r', 'i')}
+    WHERE NOT EXISTS (SELECT 1 FROM free f WHERE ${sameScope('f', 'i')})`);
+  return { claimBatch, completeBatch, releaseBatch, lockedRecords };
 }
 
 export interface ClaimRow {

@@ -311,6 +311,44 @@ it('a batch that meets a record locked by a long transaction answers its other c
   }
 });
 
+it('the others of a batch that met records held by a long transaction are answered before the held ones, however many', async () => {
+  // More held records than the batches have connections (2 here): sent one by one in their order, the free claims
+  // would queue behind them for 500 ms each.
+  const held = Array.from({ length: 6 }, (_, n) => scopeOf(`held-${n}-${randomUUID()}`));
+  for (const scope of held) await store.claim(scope, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
+  await db.query('SELECT pg_sleep(0.01)');
+  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = ANY($1) FOR UPDATE', [
+    held.map(({ key }) => key),
+  ]);
+  try {
+    const settled: string[] = [];
+    const claimOf = (scope: IdempotencyScope, name: string) =>
+      store.claim(scope, 'fp', randomUUID(), TIMING).then(
+        (result) => settled.push(`${name} ${summary(result)}`),
+        () => settled.push(`${name} refused`),
+      );
+    const claims = [
+      claimOf(scopeOf(`ahead-${randomUUID()}`), 'ahead'), // goes out alone
+      ...held.map((scope) => claimOf(scope, 'held')),
+      claimOf(scopeOf(`free-${randomUUID()}`), 'free'),
+      claimOf(scopeOf(`free-${randomUUID()}`), 'free'),
+    ];
+    // While the held ones go, one after another, a claim made now finds a connection free.
+    await waitFor(waitingForLock(db, '%WITH current AS (%'), 'a held record to be claimed alone');
+    claims.push(claimOf(scopeOf(`next-${randomUUID()}`), 'next'));
+    await Promise.all(claims);
+    expect(settled).toEqual([
+      'ahead claimed',
+      'free claimed',
+      'free claimed',
+      'next claimed',
+      ...held.map(() => 'held refused'),
+    ]);
+  } finally {
+    await lock.letGo();
+  }
+});
+
 it("a claim of a record locked past the batches' bound fails alone after it, and leaves no statement waiting", async () => {
   const held = [1, 2, 3].map((n) => scopeOf(`held-${n}-${randomUUID()}`));
   for (const scope of held) await store.claim(scope, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
