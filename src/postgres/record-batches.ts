@@ -7,6 +7,7 @@ import type {
   StoredResponse,
 } from '../protocol/idempotency-store.interface.js';
 import type { ClaimRow, RecordStatements, Statement } from './record-statements.js';
+import { HeldRecords, RecordHeldError } from './held-records.js';
 import { StatementBatches } from './statement-batches.js';
 
 /** A claim as a batch sends it (an attempt's claim, with or without a holder transaction). */
@@ -50,6 +51,8 @@ interface BatchKind<Item, Answer> {
   answerOf: (row: BatchRow) => Answer;
   none: Answer;
   one: (item: Item) => Promise<Answer>;
+  /** The answers of items whose records another transaction holds; by default, each alone, one after another. */
+  held?: (items: Item[]) => Promise<Answer>[];
 }
 
 /** Each operation of a record alone, in a statement of its own: what a batch falls back to. */
@@ -84,13 +87,15 @@ interface BatchSending<Item, Answer> {
   one: (item: Item) => Promise<Answer>;
   /** The positions (from 0) of the items whose records another transaction holds locked now. */
   lockedOf: (items: Item[]) => Promise<Set<number>>;
+  /** The answers of items whose records were found held. */
+  held: (items: Item[]) => Promise<Answer>[];
 }
 
 /**
  * A batch's answers, or, when it failed by an item's fault, each item's own, answered as soon as it is. Past a row
- * lock's bound, the items whose records are held go one after another (each waits on its own lock, up to the bound),
- * and the others go again together at once, so that they never queue behind the held ones for the batches' few
- * connections; on another item's fault, or when no record is held any more, every item goes one by one.
+ * lock's bound, the items whose records are held are answered as their kind says (`held`), and the others go again
+ * together at once, so that they never wait behind the held ones; on another item's fault, or when no record is held
+ * any more, every item goes one by one.
  */
 async function answeredSeparatelyOnItemFault<Item, Answer>(
   items: Item[],
@@ -100,16 +105,19 @@ async function answeredSeparatelyOnItemFault<Item, Answer>(
     return (await sending.batch(items)).map((answer) => Promise.resolve(answer));
   } catch (error) {
     if (!isItemFault(error)) throw error;
-    const held = codeOf(error) === LOCK_WAIT_TIMEOUT && items.length > 1 ? await heldIn(items, sending) : undefined;
+    // A batch of one that waited past the bound waited on its own record.
+    const held =
+      codeOf(error) !== LOCK_WAIT_TIMEOUT
+        ? undefined
+        : items.length === 1
+          ? new Set([0])
+          : await heldIn(items, sending);
     if (!held?.size) return items.map(sending.one);
     const free = answeredAlongside(
       items.filter((_, index) => !held.has(index)),
       sending,
     );
-    const heldOnes = oneAfterAnother(
-      items.filter((_, index) => held.has(index)),
-      sending.one,
-    );
+    const heldOnes = sending.held(items.filter((_, index) => held.has(index)));
     return items.map((_, index) => (held.has(index) ? heldOnes : free).shift() as Promise<Answer>);
   }
 }
@@ -154,6 +162,7 @@ export class RecordBatches {
   private readonly claims: StatementBatches<BatchedClaim, ClaimRow | undefined>;
   private readonly completions: StatementBatches<BatchedCompletion, boolean>;
   private readonly releases: StatementBatches<IdempotencyClaim, boolean>;
+  private readonly heldRecords = new HeldRecords();
 
   constructor(statements: RecordStatements, run: StatementRunner, single: SingleRecordStatements, limits: BatchLimits) {
     // Acquired with the store, as the module's other instruments are (the API proxies no meter registered later).
@@ -178,6 +187,7 @@ export class RecordBatches {
           const rows = await run<{ ord: string }>(statements.lockedRecords, scopeColumns(items.map(kind.scopeOf)));
           return new Set(rows.map(({ ord }) => Number(ord) - 1));
         },
+        held: kind.held ?? ((items) => oneAfterAnother(items, kind.one)),
       };
       return new StatementBatches<Item, Answer>(
         (items) => answeredSeparatelyOnItemFault(items, sending),
@@ -199,6 +209,11 @@ export class RecordBatches {
       answerOf: (row) => row as ClaimRow,
       none: undefined,
       one: (item) => single.claim(item),
+      // Refused at once (a 503 its client retries), and remembered: each alone would wait its 500 ms to be refused.
+      held: (items) => {
+        this.heldRecords.remember(items.map(({ scope }) => scopeKey(scope)));
+        return items.map(() => refused(new RecordHeldError()));
+      },
     });
     this.completions = batchesOf<BatchedCompletion, boolean>({
       operation: 'complete',
@@ -224,8 +239,12 @@ export class RecordBatches {
     });
   }
 
-  /** The claim's row, or `undefined` when its record changed under the statement (to be claimed again). */
+  /**
+   * The claim's row, or `undefined` when its record changed under the statement (to be claimed again). A record found
+   * held by another transaction moments ago is refused at once (`RecordHeldError`).
+   */
   claim(claim: BatchedClaim): Promise<ClaimRow | undefined> {
+    if (this.heldRecords.holds(scopeKey(claim.scope))) return refused(new RecordHeldError());
     return this.claims.submit(claim);
   }
 
@@ -267,4 +286,11 @@ function answersInOrder<Row extends { ord: string }, Answer>(
   const answers = new Array<Answer>(count).fill(none);
   for (const row of rows) answers[Number(row.ord) - 1] = answerOf(row);
   return answers;
+}
+
+/** A rejected answer, handed to its caller a few steps later: never reported as unhandled meanwhile. */
+function refused<Answer>(error: Error): Promise<Answer> {
+  const answer = Promise.reject(error);
+  answer.catch(() => undefined);
+  return answer;
 }

@@ -285,7 +285,7 @@ it('a waiter on a record completed in a batch is woken, as by a completion of it
   expect(woken).toBe('woken');
 });
 
-it('a batch that meets a record locked by a long transaction answers its other claims at once, one by one', async () => {
+it('a batch that meets a record locked by a long transaction answers its other claims at once, and the locked one once the lock goes', async () => {
   const locked = scopeOf(`locked-${randomUUID()}`);
   await store.claim(locked, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
   await db.query('SELECT pg_sleep(0.01)');
@@ -299,21 +299,27 @@ it('a batch that meets a record locked by a long transaction answers its other c
       store.claim(locked, 'fp', randomUUID(), TIMING),
       ...others.map((scope) => store.claim(scope, 'fp', randomUUID(), TIMING)),
     ];
-    // The locked record's claim waits for the lock alone; the claims that shared its statement do not wait with it.
+    // The claims that shared its statement do not wait with it; it is refused (a 503 its client retries).
     await expect(Promise.all(otherClaims)).resolves.toEqual([
       { claimed: true, takeover: false },
       { claimed: true, takeover: false },
     ]);
+    await expect(lockedClaim).rejects.toMatchObject({ code: '55P03' });
     await lock.letGo();
-    await expect(lockedClaim).resolves.toEqual({ claimed: true, takeover: true });
+    // Refused without a statement for a moment, then claimed as its lapsed lease allows.
+    const retried = await waitFor(
+      () => store.claim(locked, 'fp', randomUUID(), TIMING).catch(() => undefined),
+      'the record to be claimed again once its lock went',
+    );
+    expect(retried).toEqual({ claimed: true, takeover: true });
   } finally {
     await lock.letGo();
   }
 });
 
-it('the others of a batch that met records held by a long transaction are answered before the held ones, however many', async () => {
-  // More held records than the batches have connections (2 here): sent one by one in their order, the free claims
-  // would queue behind them for 500 ms each.
+it('a batch that met records held by a long transaction claims its others at once, and refuses the held ones without waiting again', async () => {
+  // More held records than the batches have connections (2 here): sent one by one, each would wait its 500 ms, and
+  // the free claims behind them.
   const held = Array.from({ length: 6 }, (_, n) => scopeOf(`held-${n}-${randomUUID()}`));
   for (const scope of held) await store.claim(scope, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
   await db.query('SELECT pg_sleep(0.01)');
@@ -321,29 +327,23 @@ it('the others of a batch that met records held by a long transaction are answer
     held.map(({ key }) => key),
   ]);
   try {
-    const settled: string[] = [];
-    const claimOf = (scope: IdempotencyScope, name: string) =>
-      store.claim(scope, 'fp', randomUUID(), TIMING).then(
-        (result) => settled.push(`${name} ${summary(result)}`),
-        () => settled.push(`${name} refused`),
-      );
-    const claims = [
-      claimOf(scopeOf(`ahead-${randomUUID()}`), 'ahead'), // goes out alone
-      ...held.map((scope) => claimOf(scope, 'held')),
-      claimOf(scopeOf(`free-${randomUUID()}`), 'free'),
-      claimOf(scopeOf(`free-${randomUUID()}`), 'free'),
-    ];
-    // While the held ones go, one after another, a claim made now finds a connection free.
-    await waitFor(waitingForLock(db, '%WITH current AS (%'), 'a held record to be claimed alone');
-    claims.push(claimOf(scopeOf(`next-${randomUUID()}`), 'next'));
-    await Promise.all(claims);
-    expect(settled).toEqual([
-      'ahead claimed',
-      'free claimed',
-      'free claimed',
-      'next claimed',
-      ...held.map(() => 'held refused'),
-    ]);
+    const outcome = (claiming: Promise<ClaimResult>) =>
+      claiming.then(summary, (error: { code?: string }) => `refused ${error.code}`);
+    const { result, statements } = await counted(() =>
+      Promise.all([
+        outcome(store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING)), // goes out alone
+        ...held.map((scope) => outcome(store.claim(scope, 'fp', randomUUID(), TIMING))),
+        outcome(store.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)),
+        outcome(store.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)),
+      ]),
+    );
+    expect(result).toEqual(['claimed', ...held.map(() => 'refused 55P03'), 'claimed', 'claimed']);
+    // The first alone, the batch that waited, the question of which records are held, the free ones again: no
+    // statement of a held record alone.
+    expect(statements).toBe(4);
+    // Retried at once, a held record is refused without a statement, for a moment.
+    const again = await counted(() => outcome(store.claim(held[0], 'fp', randomUUID(), TIMING)));
+    expect(again).toEqual({ result: 'refused 55P03', statements: 0 });
   } finally {
     await lock.letGo();
   }
@@ -372,6 +372,43 @@ it("a claim of a record locked past the batches' bound fails alone after it, and
       claimed: true,
       takeover: false,
     });
+  } finally {
+    await lock.letGo();
+  }
+});
+
+it('an outcome batch that met records held by a long transaction stores its others at once, and tries the held ones one after another', async () => {
+  const heldClaims = await Promise.all(
+    Array.from({ length: 4 }, (_, n) => claimed(scopeOf(`held-${n}-${randomUUID()}`))),
+  );
+  const freeClaims = await Promise.all([1, 2].map((n) => claimed(scopeOf(`free-${n}-${randomUUID()}`))));
+  const next = await claimed(scopeOf(`next-${randomUUID()}`));
+  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = ANY($1) FOR UPDATE', [
+    heldClaims.map(({ scope }) => scope.key),
+  ]);
+  try {
+    const settled: string[] = [];
+    const storeOutcome = (claim: { scope: IdempotencyScope; attempt: string }, name: string) =>
+      store.complete(claim, response(name), 3600).then(
+        (stored) => settled.push(`${name} ${stored ? 'stored' : 'fenced'}`),
+        () => settled.push(`${name} refused`),
+      );
+    const outcomes = [
+      storeOutcome(await claimed(scopeOf(`ahead-${randomUUID()}`)), 'ahead'), // goes out alone
+      ...heldClaims.map((claim) => storeOutcome(claim, 'held')),
+      ...freeClaims.map((claim) => storeOutcome(claim, 'free')),
+    ];
+    // The held ones go alone, one at a time: an outcome made meanwhile finds one of the batches' two connections free.
+    await waitFor(waitingForLock(db, 'WITH changed AS (%'), 'a held record to be stored alone');
+    outcomes.push(storeOutcome(next, 'next'));
+    await Promise.all(outcomes);
+    expect(settled).toEqual([
+      'ahead stored',
+      'free stored',
+      'free stored',
+      'next stored',
+      ...heldClaims.map(() => 'held refused'),
+    ]);
   } finally {
     await lock.letGo();
   }
