@@ -105,13 +105,8 @@ async function answeredSeparatelyOnItemFault<Item, Answer>(
     return (await sending.batch(items)).map((answer) => Promise.resolve(answer));
   } catch (error) {
     if (!isItemFault(error)) throw error;
-    // A batch of one that waited past the bound waited on its own record.
-    const held =
-      codeOf(error) !== LOCK_WAIT_TIMEOUT
-        ? undefined
-        : items.length === 1
-          ? new Set([0])
-          : await heldIn(items, sending);
+    // Even a batch of one asks: the lock it waited for may be the table's (a migration), not its record's.
+    const held = codeOf(error) === LOCK_WAIT_TIMEOUT ? await heldIn(items, sending) : undefined;
     if (!held?.size) return items.map(sending.one);
     const free = answeredAlongside(
       items.filter((_, index) => !held.has(index)),
