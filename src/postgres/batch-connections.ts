@@ -1,12 +1,12 @@
 import type { Pool, PoolClient, PoolConfig } from 'pg';
 
-/** How long a batch waits on a row lock before its items go one by one (`SET lock_timeout`, in ms). */
-const BATCH_LOCK_TIMEOUT_MS = 500;
+/** How long a batch waits on a row lock before its items are answered each on its own (`SET lock_timeout`, in ms). */
+export const BATCH_LOCK_TIMEOUT_MS = 500;
 
 /**
  * The connections coalesced statements run on: a pool of their own, made at the first batch with the settings and the
- * `connect` listeners of the data source's pool, so that a batch never waits behind the handlers' statements for one of its connections (at full
- * load, the whole batch would wait for the whole queue).
+ * `connect` listeners of the data source's pool, so that a batch never waits behind the handlers' statements for one
+ * of its connections (at full load, the whole batch would wait for the whole queue).
  */
 export class BatchConnections {
   private pool?: Pool;
@@ -49,8 +49,8 @@ export class BatchConnections {
     // The application's set-up of each session (`SET search_path`, `SET ROLE`, in a listener of the data source's pool)
     // is the batches' too: without it, a batch could reach another table than the store's other statements do.
     for (const listener of master.listeners('connect')) pool.on('connect', listener as (client: PoolClient) => void);
-    // A batch waits at most this long on a row lock (a long transaction holding one record), then its items go one by
-    // one (record-batches.ts), so that one held record never holds every claim of the process.
+    // A batch waits at most this long on a row lock (a long transaction holding one record), then its items are
+    // answered each on its own (record-batches.ts), so that one held record never holds every claim of the process.
     if (this.ownSessions) {
       pool.on('connect', (client) => {
         client.query(`SET lock_timeout = ${BATCH_LOCK_TIMEOUT_MS}`).catch(() => undefined);

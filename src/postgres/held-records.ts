@@ -1,3 +1,5 @@
+import { BATCH_LOCK_TIMEOUT_MS } from './batch-connections.js';
+
 /** How long a record found held by another transaction has its claims refused without a statement. */
 const HELD_MEMORY_MS = 1000;
 /** At most this many records remembered at once: past it, the oldest are forgotten first. */
@@ -11,7 +13,9 @@ export class RecordHeldError extends Error {
   readonly code = '55P03';
 
   constructor() {
-    super('The idempotency record is locked by another transaction (waited for past 500 ms); retry later');
+    super(
+      `The idempotency record is locked by another transaction (waited for past ${BATCH_LOCK_TIMEOUT_MS} ms); retry later`,
+    );
   }
 }
 

@@ -77,7 +77,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private holderTransactions: boolean;
   /** The records table's OID, from which scope lock keys are derived; fetched once, at first use. */
   private tableOid?: Promise<string>;
-  /** Standard attempts' claims, outcomes and releases, coalesced; none with `batching: false`. */
+  /** Every attempt's claims, and standard attempts' outcomes and releases, coalesced; none with `batching: false`. */
   private readonly batches?: RecordBatches;
   /** The connections the batches run on, as many as the claims' and outcomes' in flight. */
   private readonly batchConnections?: BatchConnections;

@@ -16,7 +16,7 @@ import type {
 import { type AttemptEnding, IdempotencyAttempt } from './idempotency-attempt.js';
 import type { AttemptOutcome, ClaimEnding } from './claim-ending.js';
 import { LeaseRenewals } from './lease-renewals.js';
-import type { ClaimedRequest, DrainParticipant, RunningAttempt, RunningAttempts } from './running-attempts.js';
+import type { ClaimedRequest, RunningAttempt, RunningAttempts } from './running-attempts.js';
 import { describeScope, withTimeout } from './store-bounds.js';
 import { type IdempotencyTelemetry, refusalOutcome } from './idempotency-telemetry.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
@@ -39,20 +39,6 @@ export class AttemptLifecycle implements AttemptEnding {
     private readonly attempts: RunningAttempts,
   ) {
     this.leases = new LeaseRenewals(store, logger, (transaction, policy) => void claims.cut(transaction, policy));
-  }
-
-  /** Whether shutdown's drain has begun. */
-  get drainBegun(): boolean {
-    return this.attempts.drainBegun;
-  }
-
-  addParticipant(participant: DrainParticipant): void {
-    this.attempts.addParticipant(participant);
-  }
-
-  /** The call an attempt of this process was claimed for; `undefined` once it has ended. */
-  requestOf(run: IdempotencyRun): RunningAttempt | undefined {
-    return this.attempts.get(run);
   }
 
   /**

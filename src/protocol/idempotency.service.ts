@@ -53,6 +53,8 @@ export class IdempotencyService {
   private readonly replays: ReplayCache;
   /** The attempts between their claim and their end, and the shutdown's drain of them. */
   private readonly lifecycle: AttemptLifecycle;
+  /** The attempts running now, and whether the drain has begun (which the decision and the lifecycle share). */
+  private readonly running: RunningAttempts;
   private readonly decisions: ClaimDecision;
   /** The module's metrics and spans (no-ops without an OpenTelemetry SDK). */
   private readonly telemetry = new IdempotencyTelemetry();
@@ -72,15 +74,15 @@ export class IdempotencyService {
     const claims = new ClaimEnding(store, this.logger, sealing, this.telemetry, (run, response, policy) =>
       this.rememberOutcome(run, response, policy),
     );
-    const running = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
-    this.lifecycle = new AttemptLifecycle(store, this.logger, claims, this.telemetry, running);
+    this.running = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
+    this.lifecycle = new AttemptLifecycle(store, this.logger, claims, this.telemetry, this.running);
     this.decisions = new ClaimDecision(
       store,
       this.logger,
       this.replays,
       sealing,
       this.lifecycle,
-      running,
+      this.running,
       this.telemetry,
     );
   }
@@ -99,7 +101,7 @@ export class IdempotencyService {
 
   /** Whether shutdown's drain has begun: new claims are refused (but those of work in hand), the instance is going. */
   get shuttingDown(): boolean {
-    return this.lifecycle.drainBegun;
+    return this.running.drainBegun;
   }
 
   /** How many attempts the store serves at once (`IdempotencyStore.capacity`); `undefined` when it does not say. */
@@ -112,7 +114,7 @@ export class IdempotencyService {
    * consumer's messages in hand, claimed during the drain too (until its wait is over), so that none is given back.
    */
   addDrainParticipant(participant: DrainParticipant): void {
-    this.lifecycle.addParticipant(participant);
+    this.running.addParticipant(participant);
   }
 
   /**
@@ -143,7 +145,7 @@ export class IdempotencyService {
 
   /** Caches an outcome this process stored. Its record expires `ttlSeconds` after its store, itself after the claim. */
   private rememberOutcome(run: IdempotencyRun, response: StoredResponse, policy: IdempotencyPolicy): void {
-    const claimed = this.lifecycle.requestOf(run);
+    const claimed = this.running.get(run);
     if (claimed)
       this.replays.remember(
         run.scope,
@@ -174,7 +176,7 @@ export class IdempotencyService {
     const fingerprint = operationFingerprint(operation.input); // before anything is claimed
     // Within an attempt of work in hand (a consumer's message), the operation is in hand too: run during the drain.
     const within = currentRun();
-    const inHand = (within && this.lifecycle.requestOf(within)?.inHand) ?? false;
+    const inHand = (within && this.running.get(within)?.inHand) ?? false;
     const decision = await this.begin(scope, fingerprint, policy, operationTerms(operation.name), { inHand });
     if (decision.action === 'replay') return { result: resultOf<T>(decision.response), replayed: true };
 

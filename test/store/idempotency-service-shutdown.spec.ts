@@ -57,6 +57,18 @@ const startGated = () =>
     logger,
   });
 
+/** Runs `test` on a module of its own (one whose drain the others do not share), closed after it. */
+async function inAContextOfItsOwn(
+  test: (module: { store: GatedClaimStore; service: IdempotencyService }) => Promise<void>,
+): Promise<void> {
+  const { context: own } = await startGated();
+  try {
+    await test({ store: own.get<GatedClaimStore>(IDEMPOTENCY_STORE), service: own.get(IdempotencyService) });
+  } finally {
+    await own.close();
+  }
+}
+
 beforeAll(async () => {
   db = await createTestDatabase();
   ({ context } = await startGated());
@@ -90,11 +102,8 @@ describe('shutdown while a claim is on its way', () => {
 });
 
 describe('shutdown while an attempt waits for its transaction', () => {
-  it('waits for it, and it is given back (rolled back, released) before shutdown completes', async () => {
-    const { context: app } = await startGated();
-    try {
-      const store = app.get<GatedClaimStore>(IDEMPOTENCY_STORE);
-      const service = app.get(IdempotencyService);
+  it('waits for it, and it is given back (rolled back, released) before shutdown completes', () =>
+    inAContextOfItsOwn(async ({ store, service }) => {
       const gate = (store.transactionGate = new Gate());
       const key = randomUUID();
       const executing = service
@@ -109,26 +118,17 @@ describe('shutdown while an attempt waits for its transaction', () => {
         [],
       );
       await expect(executing).resolves.toBeInstanceOf(IdempotencyShuttingDownError);
-    } finally {
-      await app.close();
-    }
-  });
+    }));
 });
 
 describe('a new claim once the drain has begun', () => {
-  it("is refused before it listens for an outcome it would wait for (inFlight: 'wait')", async () => {
-    const { context: drained } = await startGated();
-    try {
-      const store = drained.get<GatedClaimStore>(IDEMPOTENCY_STORE);
-      const service = drained.get(IdempotencyService);
+  it("is refused before it listens for an outcome it would wait for (inFlight: 'wait')", () =>
+    inAContextOfItsOwn(async ({ store, service }) => {
       await service.drain();
       const listening = jest.spyOn(store, 'waitForChange');
       await expect(
         service.execute({ name: 'payout', key: randomUUID() }, () => Promise.resolve(1), { inFlight: 'wait' }),
       ).rejects.toBeInstanceOf(IdempotencyShuttingDownError);
       expect(listening).not.toHaveBeenCalled();
-    } finally {
-      await drained.close();
-    }
-  });
+    }));
 });
