@@ -37,8 +37,11 @@ export interface BatchLimits {
 /** Runs one statement on a pooled connection. */
 type StatementRunner = <Row>(statement: Statement, values: unknown[]) => Promise<Row[]>;
 
-/** A row of a batch's answer: its item's position (from 1), and for a claim the record's row. */
-type BatchRow = { ord: string } & Partial<ClaimRow>;
+/**
+ * A row of a batch's answer: its item's position (from 1), and for a claim the record's row; for an outcome or a
+ * release, whether its record changed after the statement began, for the item to go again alone (`again`).
+ */
+type BatchRow = { ord: string; again?: boolean } & Partial<ClaimRow>;
 
 /**
  * What a kind of batch sends and answers: the columns of its items after their scopes' (in its statement's order),
@@ -81,8 +84,8 @@ function codeOf(error: unknown): unknown {
 
 /** How a batch is sent, and what is done for its items when it fails by an item's fault. */
 interface BatchSending<Item, Answer> {
-  /** The items' answers, in their order, from one statement. */
-  batch: (items: Item[]) => Promise<Answer[]>;
+  /** The items' answers, in their order, from one statement (an item sent again alone answered later). */
+  batch: (items: Item[]) => Promise<Array<Answer | Promise<Answer>>>;
   /** One item's answer, from a statement of its own. */
   one: (item: Item) => Promise<Answer>;
   /** The positions (from 0) of the items whose records another transaction holds locked now. */
@@ -175,7 +178,9 @@ export class RecordBatches {
           const values = [...scopeColumns(items.map(kind.scopeOf)), ...kind.columnsOf(items)];
           batchSize.record(items.length, { 'idempotency.store.operation': kind.operation });
           const rows = await run<BatchRow>(statements[`${kind.operation}Batch`], values);
-          return answersInOrder(items.length, rows, kind.answerOf, kind.none);
+          const answers: Array<Answer | Promise<Answer>> = answersInOrder(items.length, rows, kind.answerOf, kind.none);
+          for (const { ord, again } of rows) if (again) answers[Number(ord) - 1] = kind.one(items[Number(ord) - 1]);
+          return answers;
         },
         one: kind.one,
         lockedOf: async (items) => {

@@ -153,6 +153,11 @@ function batchStatements(
 ): Pick<RecordStatements, 'claimBatch' | 'completeBatch' | 'releaseBatch' | 'lockedRecords'> {
   const sameScope = (a: string, b: string) =>
     `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
+  // The record of each item, looked up alone (LATERAL, its LIMIT keeping it so): a join of the items with the table
+  // may hash or merge them with the whole table, or scan it once per item, which is the plan chosen when the table's
+  // statistics say it is empty or small, and a connection keeps that plan as the table grows (see BATCH_SESSION).
+  const recordOf = (i: string, columns: string, where = '', locking = '') =>
+    `LATERAL (SELECT ${columns} FROM ${table} r WHERE ${sameScope('r', i)}${where} LIMIT 1${locking})`;
   // As the single claim's, for each item: its claimer's own transaction may hold the scope's lock (a transactional
   // attempt's holder), or a probe takes it for this statement only. The update of a record checks the holder again,
   // in pg_locks, once the row is its: the statement may have waited on another item's row meanwhile, while the
@@ -176,7 +181,7 @@ function batchStatements(
       SELECT i.ord, r.fingerprint, r.status, r.response_status, r.response_headers, r.response_body,
              extract(epoch FROM r.expires_at - now())::float8 AS expires_in,
              r.expires_at > now() AND NOT (${takeable('r', 'i.fingerprint', 'i.lock_key', 'i.held')}) AS holds
-      FROM input i JOIN ${table} r ON ${sameScope('r', 'i')}
+      FROM input i CROSS JOIN ${recordOf('i', 'r.*')} AS r
     ),
     claimed AS (
       INSERT INTO ${table} AS r (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
@@ -206,30 +211,33 @@ function batchStatements(
            c.expires_in
     FROM current c JOIN input i ON i.ord = c.ord
     WHERE c.holds AND NOT EXISTS (SELECT 1 FROM claimed x WHERE ${sameScope('x', 'i')})`);
-  // Each changed row notifies the attempts waiting for it, as a single completion or release does.
+  // Each changed row notifies the attempts waiting for it, as a single completion or release does. A row locked but
+  // not changed is answered `again` (see lockedInOrder).
   const notifyingChanged = (statement: string) => `${statement}
-    SELECT changed.ord FROM changed
+    SELECT changed.ord, false AS again FROM changed
     LEFT JOIN LATERAL (
       SELECT pg_notify('${channel}', md5(changed.account || chr(10) || changed.endpoint || chr(10) ||
                                          changed.idempotency_key))
       WHERE changed.awaited
-    ) AS each_row ON true`;
-  // The rows an attempt holds, locked in the order of their scopes (as the claims take theirs) before they are
+    ) AS each_row ON true
+    UNION ALL
+    SELECT l.ord, true FROM locked l WHERE NOT EXISTS (SELECT 1 FROM changed c WHERE c.ord = l.ord)`;
+  // The rows the attempts hold, locked in the order of their scopes (as the claims take theirs) before they are
   // changed: a batch that changed them in the order it read them could wait for a claim batch that waits for it.
-  // The change itself finds its rows by scope and attempt again, so that a row another statement updated meanwhile
-  // (a waiter marking it awaited) is changed in its latest version, as by a single statement.
+  // The change then reaches the locked rows by their addresses (ctid), which no plan can turn into a scan of the
+  // table. A lock is taken on a row's latest version: one that another statement changed after this one began (a
+  // waiter marking it awaited, a renewal of the lease) is not this statement's to see, so its change finds nothing
+  // there, and the item is answered `again`, to be sent alone in a statement that sees it.
   const lockedInOrder = (arrays: string, columns: string) => `
     input AS (
       SELECT * FROM unnest(${arrays}) WITH ORDINALITY AS i(${columns})
     ),
     locked AS (
-      SELECT 1 FROM ${table} r JOIN input i ON ${sameScope('r', 'i')}
-      WHERE r.attempt = i.attempt AND r.status = 'in_progress'
-      ORDER BY r.account, r.endpoint, r.idempotency_key
-      FOR UPDATE OF r
+      SELECT i.*, r.row_id
+      FROM (SELECT * FROM input ORDER BY account, endpoint, idempotency_key) AS i
+      CROSS JOIN ${recordOf('i', 'r.ctid AS row_id', ` AND r.attempt = i.attempt AND r.status = 'in_progress'`, ' FOR UPDATE')} AS r
     )`;
-  const held = `${sameScope('r', 'i')} AND r.attempt = i.attempt AND r.status = 'in_progress'
-      AND (SELECT count(*) FROM locked) >= 0`;
+  const held = `r.ctid = l.row_id AND r.attempt = l.attempt AND r.status = 'in_progress'`;
   const completeBatch = prepared(
     notifyingChanged(`WITH ${lockedInOrder(
       '$1::text[], $2::text[], $3::text[], $4::uuid[], $5::smallint[], $6::text[], $7::bytea[], $8::float8[]',
@@ -237,12 +245,12 @@ function batchStatements(
     )},
     changed AS (
       UPDATE ${table} AS r
-      SET status = 'completed', response_status = i.response_status, response_headers = i.response_headers::jsonb,
-          response_body = i.response_body, completed_at = completion.at, locked_until = NULL,
-          expires_at = completion.at + make_interval(secs => i.ttl), lock_held = false
-      FROM input i, (SELECT clock_timestamp() AS at) AS completion
+      SET status = 'completed', response_status = l.response_status, response_headers = l.response_headers::jsonb,
+          response_body = l.response_body, completed_at = completion.at, locked_until = NULL,
+          expires_at = completion.at + make_interval(secs => l.ttl), lock_held = false
+      FROM locked l, (SELECT clock_timestamp() AS at) AS completion
       WHERE ${held}
-      RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
+      RETURNING l.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
     )`),
   );
   const releaseBatch = prepared(
@@ -252,9 +260,9 @@ function batchStatements(
     )},
     changed AS (
       DELETE FROM ${table} AS r
-      USING input i
+      USING locked l
       WHERE ${held}
-      RETURNING i.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
+      RETURNING l.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
     )`),
   );
   // A batch that waited past its bound on a row lock asks which of its records are held, rather than send each of them
@@ -265,11 +273,10 @@ function batchStatements(
       SELECT * FROM unnest($1::text[], $2::text[], $3::text[]) WITH ORDINALITY AS i(account, endpoint, idempotency_key, ord)
     ),
     free AS (
-      SELECT r.account, r.endpoint, r.idempotency_key FROM ${table} r JOIN input i ON ${sameScope('r', 'i')}
-      FOR UPDATE OF r SKIP LOCKED
+      SELECT i.ord FROM input i CROSS JOIN ${recordOf('i', '1', '', ' FOR UPDATE SKIP LOCKED')} AS r
     )
-    SELECT i.ord FROM input i JOIN ${table} r ON ${sameScope('r', 'i')}
-    WHERE NOT EXISTS (SELECT 1 FROM free f WHERE ${sameScope('f', 'i')})`);
+    SELECT i.ord FROM input i CROSS JOIN ${recordOf('i', '1')} AS r
+    WHERE NOT EXISTS (SELECT 1 FROM free f WHERE f.ord = i.ord)`);
   return { claimBatch, completeBatch, releaseBatch, lockedRecords };
 }
 

@@ -285,6 +285,44 @@ it('a waiter on a record completed in a batch is woken, as by a completion of it
   expect(woken).toBe('woken');
 });
 
+it.each(['complete', 'release'] as const)(
+  'a record marked awaited after its %s batch began, while the batch waited for it, is still changed (again, alone) and its waiter woken',
+  async (operation) => {
+    const running = await claimed(scopeOf(`marked-${randomUUID()}`));
+    const other = await claimed(scopeOf(`other-${randomUUID()}`));
+    // A waiter's mark, not yet committed when the batch's statement begins: the batch waits for its row, then
+    // finds a version of it that its statement cannot see.
+    const mark = await holdLock(db.url, 'UPDATE idempotency_records SET awaited = true WHERE idempotency_key = $1', [
+      running.scope.key,
+    ]);
+    const wait = store.waitForChange(running.scope, 60_000);
+    await wait.listening;
+    const change = (claim: { scope: IdempotencyScope; attempt: string }) =>
+      operation === 'complete' ? store.complete(claim, response('done'), 3600) : store.release(claim);
+    const { result, statements } = await counted(async () => {
+      const changed = Promise.all([change(running), change(other)]);
+      await waitFor(waitingForLock(db, '%locked AS%'), 'the batch to wait for the marked record');
+      await mark.commit();
+      return changed;
+    }).finally(() => mark.letGo());
+    const woken = await Promise.race([
+      wait.changed.then(() => 'woken'),
+      delay(5_000, undefined, { ref: false }).then(() => 'not woken'),
+    ]);
+    wait.cancel();
+
+    expect(result).toEqual([true, true]);
+    // The marked record's batch (alone: the first in flight), the marked record again alone, the other's batch.
+    expect(statements).toBe(3);
+    expect(woken).toBe('woken');
+    const rows = await db.query<{ status: string }>(
+      'SELECT status FROM idempotency_records WHERE idempotency_key = $1',
+      [running.scope.key],
+    );
+    expect(rows.map(({ status }) => status)).toEqual(operation === 'complete' ? ['completed'] : []);
+  },
+);
+
 it('a batch that meets a record locked by a long transaction answers its other claims at once, and the locked one once the lock goes', async () => {
   const locked = scopeOf(`locked-${randomUUID()}`);
   await store.claim(locked, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
@@ -463,7 +501,7 @@ it('a claim batch and an outcome batch of the same records never deadlock: both 
       other.complete({ scope: b, attempt: attemptB }, response('b'), 3600),
       other.complete({ scope: a, attempt: attemptA }, response('a'), 3600),
     ]);
-    await waitFor(waitingForLock(db, '%i.response_status%'), 'the outcomes to wait for A');
+    await waitFor(waitingForLock(db, '%l.response_status%'), 'the outcomes to wait for A');
     await lock.letGo();
     const [, claimA, claimB] = await claims;
     expect([claimA, claimB]).toEqual([

@@ -5,6 +5,8 @@ import type { TestDatabase } from './test-database.js';
 export interface HeldLock {
   /** Rolls the transaction back and closes its connection; a later call (a `finally`'s) waits for the same. */
   letGo(): Promise<void>;
+  /** Commits the transaction and closes its connection; `letGo` after it waits for the same. */
+  commit(): Promise<void>;
 }
 
 /** Runs `sql` (a `LOCK TABLE` or `SELECT … FOR UPDATE`) in a transaction of its own on `url`, and keeps it open. */
@@ -14,9 +16,8 @@ export async function holdLock(url: string, sql: string, params: unknown[] = [])
   await client.query('BEGIN');
   await client.query(sql, params);
   let released: Promise<void> | undefined;
-  return {
-    letGo: () => (released ??= client.query('ROLLBACK').then(() => client.end())),
-  };
+  const end = (statement: string) => (released ??= client.query(statement).then(() => client.end()));
+  return { letGo: () => end('ROLLBACK'), commit: () => end('COMMIT') };
 }
 
 /**
