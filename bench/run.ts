@@ -442,6 +442,25 @@ async function seedLargeTable(db: TestDatabase): Promise<void> {
 }
 
 /**
+ * What autovacuum does on a server that runs it: the tables' statistics follow their growth, and a statement planned
+ * once per connection (each of the store's) is planned again after each ANALYZE of its table. On a server with
+ * autovacuum off (this machine's shared one), the plans made while the bench's tables were new would be kept for the
+ * whole run: the bench analyzes its databases before each configuration instead, and says so.
+ */
+async function statisticsKeeper(databases: TestDatabase[]): Promise<() => Promise<void>> {
+  const [{ autovacuum }] = await databases[0].query<{ autovacuum: string }>(
+    "SELECT current_setting('autovacuum') AS autovacuum",
+  );
+  if (autovacuum === 'on') return async () => undefined;
+  console.log(
+    'autovacuum is off on this server: the bench analyzes its databases before each configuration, as autovacuum would',
+  );
+  return async () => {
+    for (const database of databases) await database.query('ANALYZE');
+  };
+}
+
+/**
  * The checkpoints the server has completed (timed or requested, by anyone: another database's `DROP DATABASE`
  * requests one), from `pg_stat_checkpointer` (PostgreSQL 17 and later) or `pg_stat_bgwriter`. After each, the first
  * change of an index leaf writes the whole page to the WAL, which costs the million-record table's claims far more
@@ -529,7 +548,8 @@ const POOL_SIZE = 20;
 
 /**
  * Each app's pool: POOL_SIZE, or what the server can give each of the apps that reach it directly when that is less
- * (its max_connections, less the connections open now and 10 for PgBouncer's and the bench's own). The full bench
+ * (its max_connections, less the connections open now, 10 for PgBouncer's and the bench's own, and the four of each
+ * app's batches). The full bench
  * runs five such apps, and PostgreSQL's default of 100 connections cannot give each 20: the last to fill its pool
  * was refused connections, answered 503, and measured that.
  */
@@ -537,7 +557,8 @@ async function appPoolSize(db: TestDatabase, directApps: number): Promise<string
   const [{ max, used }] = await db.query<{ max: number; used: number }>(
     "SELECT current_setting('max_connections')::int AS max, (SELECT count(*) FROM pg_stat_activity)::int AS used",
   );
-  const fitting = Math.floor((max - used - 10) / Math.max(1, directApps));
+  // Each app's store opens its batches' own connections beside its pool (2 × maxInFlight, 2 by default).
+  const fitting = Math.floor((max - used - 10) / Math.max(1, directApps)) - 4;
   if (fitting >= POOL_SIZE) return String(POOL_SIZE);
   if (fitting < 4)
     throw new Error(`The server has ${max - used} free connections of ${max}: too few for ${directApps} bench apps`);
@@ -612,6 +633,7 @@ async function main(): Promise<void> {
     }),
   };
   const checkpoints = await checkpointCounter(databases.empty);
+  const keepStatistics = await statisticsKeeper(Object.values(databases));
   const apps: Partial<Record<Config['target'], RunningApp>> = {};
   let queue: BenchQueue | undefined;
   try {
@@ -661,6 +683,7 @@ async function main(): Promise<void> {
         // have pushed this one's pages out of PostgreSQL's shared buffers, which a service under steady load
         // keeps (the million-record table and its indexes are larger than the default 128 MB).
         const app = apps[config.target] as RunningApp;
+        await keepStatistics();
         if (config.target === 'consumer') {
           // Replays: one unmeasured batch of the same duplicates first, as the HTTP rows' unmeasured second: the
           // replay cache's entries last 60 s, and a round is longer, so the measured batch replays from the cache
