@@ -1,19 +1,20 @@
 import type { Pool, PoolClient, PoolConfig } from 'pg';
 
-/** How long a batch waits on a row lock before its items are answered each on its own (`SET lock_timeout`, in ms). */
+/** How long a batch waits on a row lock before its items are answered each on its own (`lock_timeout`, in ms). */
 export const BATCH_LOCK_TIMEOUT_MS = 500;
 
 /**
- * The session of a batch connection of PostgreSQL's own. A row lock is waited for a bounded time: past it, a batch's
+ * The settings a batch connection of PostgreSQL's own starts with (its startup `options`: applied before its first
+ * statement, and a connection refused rather than opened without them). A row lock is waited for a bounded time: past it, a batch's
  * items are answered each on its own (record-batches.ts), so that one held record never holds every claim of the
  * process. And its records are reached by their key only: a named statement's generic plan is made once per
  * connection from the table's statistics of that moment, and one made while the table was empty or small (a new
  * table, one analyzed empty) joins a batch's items to the whole table by a hash or a scan, then keeps doing so as the
  * table grows, until an ANALYZE invalidates it (measured: 26 ms for a claim batch of 32 at 157,000 records, against
- * 1.3 ms). Every statement on these connections looks records up by their primary key, so none needs what is turned
- * off here.
+ * 1.3 ms; each item looked up alone, as record-statements.ts does, would scan it once per item). Every statement on
+ * these connections looks records up by their primary key, so none needs what is turned off here.
  */
-export const BATCH_SESSION = [`SET lock_timeout = ${BATCH_LOCK_TIMEOUT_MS}`, 'SET enable_seqscan = off'].join('; ');
+export const BATCH_SESSION_OPTIONS = `-c lock_timeout=${BATCH_LOCK_TIMEOUT_MS} -c enable_seqscan=off`;
 
 /**
  * The connections coalesced statements run on: a pool of their own, made at the first batch with the settings and the
@@ -56,18 +57,28 @@ export class BatchConnections {
   private open(): Pool {
     const master = this.dataSourcePool() as Pool & { options: PoolConfig };
     const PoolClass = master.constructor as new (config: PoolConfig) => Pool;
-    const pool = new PoolClass({ ...master.options, min: 0, max: this.size });
+    // Behind a transaction pooler, session settings would reach other clients' transactions (and PgBouncer refuses
+    // startup options); there every statement is unnamed, planned at each execution with the table as it is.
+    const config = this.ownSessions ? withStartupOptions(master.options, BATCH_SESSION_OPTIONS) : master.options;
+    const pool = new PoolClass({ ...config, min: 0, max: this.size });
     pool.on('error', () => undefined); // an idle connection lost: the next batch opens another
     // The application's set-up of each session (`SET search_path`, `SET ROLE`, in a listener of the data source's pool)
     // is the batches' too: without it, a batch could reach another table than the store's other statements do.
     for (const listener of master.listeners('connect')) pool.on('connect', listener as (client: PoolClient) => void);
-    // Behind a transaction pooler, these settings would reach other clients' transactions; there every statement is
-    // unnamed, planned at each execution with the table as it is.
-    if (this.ownSessions) {
-      pool.on('connect', (client) => {
-        client.query(BATCH_SESSION).catch(() => undefined);
-      });
-    }
     return pool;
   }
+}
+
+/**
+ * `config` with `added` after its startup options, wherever they are set: node-postgres takes a connection string's
+ * `options` over the config's own.
+ */
+function withStartupOptions(config: PoolConfig, added: string): PoolConfig {
+  const url = config.connectionString;
+  if (url && /[?&]options=/.test(url)) {
+    const withOptions = new URL(url);
+    withOptions.searchParams.set('options', `${withOptions.searchParams.get('options')} ${added}`);
+    return { ...config, connectionString: withOptions.toString() };
+  }
+  return { ...config, options: [config.options, added].filter(Boolean).join(' ') };
 }

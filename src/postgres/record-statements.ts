@@ -122,13 +122,19 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     RETURNING awaited`),
   );
   const release = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
-  // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on.
-  const markAwaited = prepared(
-    countingRows(`
-    UPDATE ${table} SET awaited = true
-    WHERE ${scope} AND status = 'in_progress' AND locked_until > now()
-    RETURNING 1`),
-  );
+  // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on. A record marked already
+  // is not written again, only read: each write is a new version of the row (one an outcome batch that waits for the
+  // row cannot see, and sends again alone), and the mark read stands, since the waiter listens before it marks.
+  const markAwaited = prepared(`
+    WITH marked AS (
+      UPDATE ${table} SET awaited = true
+      WHERE ${scope} AND status = 'in_progress' AND locked_until > now() AND NOT awaited
+      RETURNING 1
+    ),
+    already AS (
+      SELECT 1 FROM ${table} WHERE ${scope} AND status = 'in_progress' AND locked_until > now() AND awaited
+    )
+    SELECT ((SELECT count(*) FROM marked) + (SELECT count(*) FROM already))::int AS count`);
   // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
   const purge = prepared(
     countingRows(`
@@ -155,7 +161,7 @@ function batchStatements(
     `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
   // The record of each item, looked up alone (LATERAL, its LIMIT keeping it so): a join of the items with the table
   // may hash or merge them with the whole table, or scan it once per item, which is the plan chosen when the table's
-  // statistics say it is empty or small, and a connection keeps that plan as the table grows (see BATCH_SESSION).
+  // statistics say it is empty or small, and a connection keeps that plan as the table grows (see BATCH_SESSION_OPTIONS).
   const recordOf = (i: string, columns: string, where = '', locking = '') =>
     `LATERAL (SELECT ${columns} FROM ${table} r WHERE ${sameScope('r', i)}${where} LIMIT 1${locking})`;
   // As the single claim's, for each item: its claimer's own transaction may hold the scope's lock (a transactional

@@ -93,3 +93,26 @@ it.each(onBatchConnections)(
     for (const node of reads) expect(reachedBy(node)).toMatch(/^(its key|its address)$/);
   },
 );
+
+it.each([
+  ['in its connection string', (url: string) => ({ url: `${url}?options=-c%20statement_timeout%3D4321` })],
+  ['in its config', (url: string) => ({ url, extra: { options: '-c statement_timeout=4321' } })],
+])(
+  "starts each batch connection with the batches' settings and the application's own startup options %s",
+  async (_, settingsOf) => {
+    const application = new DataSource({ type: 'postgres', ...settingsOf(db.url) });
+    await application.initialize();
+    const ownConnections = new BatchConnections(() => (application.driver as PostgresDriver).master as Pool, 1, true);
+    try {
+      const [connection, done] = await ownConnections.connect();
+      const settings = await connection.query<Record<string, string>>(
+        "SELECT current_setting('enable_seqscan') AS seqscan, current_setting('lock_timeout') AS lock, current_setting('statement_timeout') AS statement",
+      );
+      done();
+      expect(settings.rows).toEqual([{ seqscan: 'off', lock: '500ms', statement: '4321ms' }]);
+    } finally {
+      await ownConnections.close();
+      await application.destroy();
+    }
+  },
+);

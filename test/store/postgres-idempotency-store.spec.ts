@@ -623,6 +623,19 @@ describe('waitForChange and markAwaited', () => {
     await expect(store.markAwaited(lapsed)).resolves.toBe(false);
   });
 
+  it('marks a record awaited once: a second waiter reads the mark and writes no new version of the row', async () => {
+    const scope = newScope();
+    await store.claim(scope, 'fp', randomUUID(), timing);
+    const version = async () =>
+      (
+        await db.query<{ xmin: string }>('SELECT xmin FROM idempotency_records WHERE idempotency_key = $1', [scope.key])
+      )[0].xmin;
+    await expect(store.markAwaited(scope)).resolves.toBe(true);
+    const marked = await version();
+    await expect(store.markAwaited(scope)).resolves.toBe(true);
+    expect(await version()).toBe(marked);
+  });
+
   it('keeps a takeover awaited: the outcome of the attempt that took the key over wakes the waiters', async () => {
     const notifications = await listenToNotifications();
     try {
