@@ -70,15 +70,19 @@ export class BatchConnections {
 }
 
 /**
- * `config` with `added` after its startup options, wherever they are set: node-postgres takes a connection string's
- * `options` over the config's own.
+ * `config` with `added` after the startup options node-postgres would give its connections: a connection string's
+ * `options` (taken over the config's), else the config's own, else `PGOPTIONS` (read only when the config has none).
+ * A connection string's are extended as written, since node-postgres reads forms that a URL parser refuses (an empty
+ * host, with the socket's path in the query).
  */
 function withStartupOptions(config: PoolConfig, added: string): PoolConfig {
   const url = config.connectionString;
   if (url && /[?&]options=/.test(url)) {
-    const withOptions = new URL(url);
-    withOptions.searchParams.set('options', `${withOptions.searchParams.get('options')} ${added}`);
-    return { ...config, connectionString: withOptions.toString() };
+    const extended = url.replace(
+      /([?&]options=)([^&#]*)/,
+      (_, name: string, value: string) => `${name}${value}${encodeURIComponent(` ${added}`)}`,
+    );
+    return { ...config, connectionString: extended };
   }
-  return { ...config, options: [config.options, added].filter(Boolean).join(' ') };
+  return { ...config, options: [config.options || process.env.PGOPTIONS, added].filter(Boolean).join(' ') };
 }

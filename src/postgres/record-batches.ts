@@ -68,15 +68,23 @@ export interface SingleRecordStatements {
 /**
  * The faults of a batch that may be one item's, not the database's: a value the table refuses (class 21, 22, 23: a
  * TTL past the timestamps' range, a character the database's encoding lacks), a row lock waited for past the batch's
- * `lock_timeout` (55P03: a long transaction holds one record), a deadlock (40P01). Its items are then answered each
- * on its own, so that one request's record never fails or holds the requests that shared its statement.
+ * bound (`isLockWait`), a deadlock (40P01). Its items are then answered each on its own, so that one request's record
+ * never fails or holds the requests that shared its statement.
  */
 function isItemFault(error: unknown): boolean {
   const code = codeOf(error);
-  return typeof code === 'string' && (/^2[123]/.test(code) || code === LOCK_WAIT_TIMEOUT || code === '40P01');
+  return typeof code === 'string' && (/^2[123]/.test(code) || isLockWait(error) || code === '40P01');
 }
 
-const LOCK_WAIT_TIMEOUT = '55P03';
+/**
+ * Whether a batch may have waited on a held record past its bound: its `lock_timeout` (55P03: a long transaction holds
+ * one record), or an application's `statement_timeout` shorter than that, which its connections start with too
+ * (57014, as a cancelled statement is).
+ */
+function isLockWait(error: unknown): boolean {
+  const code = codeOf(error);
+  return code === '55P03' || code === '57014';
+}
 
 function codeOf(error: unknown): unknown {
   return (error as { code?: unknown } | null)?.code;
@@ -109,7 +117,7 @@ async function answeredSeparatelyOnItemFault<Item, Answer>(
   } catch (error) {
     if (!isItemFault(error)) throw error;
     // Even a batch of one asks: the lock it waited for may be the table's (a migration), not its record's.
-    const held = codeOf(error) === LOCK_WAIT_TIMEOUT ? await heldIn(items, sending) : undefined;
+    const held = isLockWait(error) ? await heldIn(items, sending) : undefined;
     if (!held?.size) return items.map(sending.one);
     const free = answeredAlongside(
       items.filter((_, index) => !held.has(index)),

@@ -94,12 +94,27 @@ it.each(onBatchConnections)(
   },
 );
 
+/** The test database's URL in the form of a socket's, its host and port in the query: no URL parser takes it. */
+function hostless(url: string, query: string): string {
+  const { username, password, hostname, port, pathname } = new URL(url);
+  const user = password ? `${username}:${password}` : username;
+  return `postgres://${user}@${pathname}?host=${hostname}&port=${port || 5432}&${query}`;
+}
+
 it.each([
-  ['in its connection string', (url: string) => ({ url: `${url}?options=-c%20statement_timeout%3D4321` })],
-  ['in its config', (url: string) => ({ url, extra: { options: '-c statement_timeout=4321' } })],
+  ['in its connection string', (url: string) => ({ url: `${url}?options=-c%20statement_timeout%3D4321` }), undefined],
+  [
+    'in a connection string without a host',
+    (url: string) => ({ url: hostless(url, 'options=-c%20statement_timeout%3D4321') }),
+    undefined,
+  ],
+  ['in its config', (url: string) => ({ url, extra: { options: '-c statement_timeout=4321' } }), undefined],
+  ['in PGOPTIONS', (url: string) => ({ url }), '-c statement_timeout=4321'],
 ])(
   "starts each batch connection with the batches' settings and the application's own startup options %s",
-  async (_, settingsOf) => {
+  async (_, settingsOf, pgOptions: string | undefined) => {
+    const before = process.env.PGOPTIONS;
+    if (pgOptions) process.env.PGOPTIONS = pgOptions;
     const application = new DataSource({ type: 'postgres', ...settingsOf(db.url) });
     await application.initialize();
     const ownConnections = new BatchConnections(() => (application.driver as PostgresDriver).master as Pool, 1, true);
@@ -111,6 +126,8 @@ it.each([
       done();
       expect(settings.rows).toEqual([{ seqscan: 'off', lock: '500ms', statement: '4321ms' }]);
     } finally {
+      if (before === undefined) delete process.env.PGOPTIONS;
+      else process.env.PGOPTIONS = before;
       await ownConnections.close();
       await application.destroy();
     }

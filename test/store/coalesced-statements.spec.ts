@@ -43,11 +43,29 @@ afterAll(async () => {
 
 const scopeOf = (key: string, account = 'acct_1'): IdempotencyScope => ({ account, endpoint: 'POST /charges', key });
 
-/** Runs `burst`, and says how many statements the store sent for it. */
-async function counted<T>(burst: () => Promise<T>): Promise<{ result: T; statements: number }> {
-  const before = store.statementsSent;
+/** Runs `burst`, and says how many statements the store (`of`, the file's by default) sent for it. */
+async function counted<T>(burst: () => Promise<T>, of = store): Promise<{ result: T; statements: number }> {
+  const before = of.statementsSent;
   const result = await burst();
-  return { result, statements: store.statementsSent - before };
+  return { result, statements: of.statementsSent - before };
+}
+
+/**
+ * Runs `test` with a store of its own on a data source whose connections start with a `statement_timeout` shorter
+ * than the batches' lock bound, as an application's may.
+ */
+async function withShortStatementTimeout(test: (short: PostgresIdempotencyStore) => Promise<void>): Promise<void> {
+  const application = new DataSource({ type: 'postgres', url: db.url, extra: { options: '-c statement_timeout=300' } });
+  await application.initialize();
+  const short = new PostgresIdempotencyStore(application, 'idempotency_records', {
+    batching: { maxBatchSize: 64, maxInFlight: 1 },
+  });
+  try {
+    await test(short);
+  } finally {
+    await short.close();
+    await application.destroy();
+  }
 }
 
 async function claimed(scope: IdempotencyScope, fingerprint = 'fp') {
@@ -355,37 +373,48 @@ it('a batch that meets a record locked by a long transaction answers its other c
   }
 });
 
-it('a batch that met records held by a long transaction claims its others at once, and refuses the held ones without waiting again', async () => {
-  // More held records than the batches have connections (2 here): sent one by one, each would wait its 500 ms, and
-  // the free claims behind them.
-  const held = Array.from({ length: 6 }, (_, n) => scopeOf(`held-${n}-${randomUUID()}`));
-  for (const scope of held) await store.claim(scope, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
-  await db.query('SELECT pg_sleep(0.01)');
-  const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = ANY($1) FOR UPDATE', [
-    held.map(({ key }) => key),
-  ]);
-  try {
-    const outcome = (claiming: Promise<ClaimResult>) =>
-      claiming.then(summary, (error: { code?: string }) => `refused ${error.code}`);
-    const { result, statements } = await counted(() =>
-      Promise.all([
-        outcome(store.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING)), // goes out alone
-        ...held.map((scope) => outcome(store.claim(scope, 'fp', randomUUID(), TIMING))),
-        outcome(store.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)),
-        outcome(store.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)),
-      ]),
-    );
-    expect(result).toEqual(['claimed', ...held.map(() => 'refused 55P03'), 'claimed', 'claimed']);
-    // The first alone, the batch that waited, the question of which records are held, the free ones again: no
-    // statement of a held record alone.
-    expect(statements).toBe(4);
-    // Retried at once, a held record is refused without a statement, for a moment.
-    const again = await counted(() => outcome(store.claim(held[0], 'fp', randomUUID(), TIMING)));
-    expect(again).toEqual({ result: 'refused 55P03', statements: 0 });
-  } finally {
-    await lock.letGo();
-  }
-});
+it.each([
+  ['its lock bound', (test: (on: PostgresIdempotencyStore) => Promise<void>) => test(store)],
+  ["an application's statement_timeout shorter than that bound", withShortStatementTimeout],
+])(
+  'a batch that met records held by a long transaction (past %s) claims its others at once, and refuses the held ones without waiting again',
+  (_, withStore) =>
+    withStore(async (on) => {
+      // More held records than the batches have connections (2 here): sent one by one, each would wait its 500 ms,
+      // and the free claims behind them.
+      const held = Array.from({ length: 6 }, (_, n) => scopeOf(`held-${n}-${randomUUID()}`));
+      for (const scope of held) await on.claim(scope, 'fp', randomUUID(), { leaseSeconds: 0.001, ttlSeconds: 3600 });
+      await db.query('SELECT pg_sleep(0.01)');
+      const lock = await holdLock(
+        db.url,
+        'SELECT 1 FROM idempotency_records WHERE idempotency_key = ANY($1) FOR UPDATE',
+        [held.map(({ key }) => key)],
+      );
+      try {
+        const outcome = (claiming: Promise<ClaimResult>) =>
+          claiming.then(summary, (error: { code?: string }) => `refused ${error.code}`);
+        const { result, statements } = await counted(
+          () =>
+            Promise.all([
+              outcome(on.claim(scopeOf(`ahead-${randomUUID()}`), 'fp', randomUUID(), TIMING)), // goes out alone
+              ...held.map((scope) => outcome(on.claim(scope, 'fp', randomUUID(), TIMING))),
+              outcome(on.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)),
+              outcome(on.claim(scopeOf(`free-${randomUUID()}`), 'fp', randomUUID(), TIMING)),
+            ]),
+          on,
+        );
+        expect(result).toEqual(['claimed', ...held.map(() => 'refused 55P03'), 'claimed', 'claimed']);
+        // The first alone, the batch that waited, the question of which records are held, the free ones again: no
+        // statement of a held record alone.
+        expect(statements).toBe(4);
+        // Retried at once, a held record is refused without a statement, for a moment.
+        const again = await counted(() => outcome(on.claim(held[0], 'fp', randomUUID(), TIMING)), on);
+        expect(again).toEqual({ result: 'refused 55P03', statements: 0 });
+      } finally {
+        await lock.letGo();
+      }
+    }),
+);
 
 it("a claim of a record locked past the batches' bound fails alone after it, and leaves no statement waiting", async () => {
   const held = [1, 2, 3].map((n) => scopeOf(`held-${n}-${randomUUID()}`));
