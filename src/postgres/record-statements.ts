@@ -159,9 +159,10 @@ function batchStatements(
 ): Pick<RecordStatements, 'claimBatch' | 'completeBatch' | 'releaseBatch' | 'lockedRecords'> {
   const sameScope = (a: string, b: string) =>
     `${a}.account = ${b}.account AND ${a}.endpoint = ${b}.endpoint AND ${a}.idempotency_key = ${b}.idempotency_key`;
-  // The record of each item, looked up alone (LATERAL, its LIMIT keeping it so): a join of the items with the table
-  // may hash or merge them with the whole table, or scan it once per item, which is the plan chosen when the table's
-  // statistics say it is empty or small, and a connection keeps that plan as the table grows (see BATCH_SESSION_OPTIONS).
+  // Each item's record, looked up alone (LATERAL, its LIMIT keeping the planner from making it a join): a join may
+  // hash or merge the items with the whole table, the plan chosen when the table's statistics say it is empty or
+  // small, which a connection keeps as the table grows. A lookup alone is by the primary key, as long as sequential
+  // scans are ruled out (BATCH_SESSION_OPTIONS).
   const recordOf = (i: string, columns: string, where = '', locking = '') =>
     `LATERAL (SELECT ${columns} FROM ${table} r WHERE ${sameScope('r', i)}${where} LIMIT 1${locking})`;
   // As the single claim's, for each item: its claimer's own transaction may hold the scope's lock (a transactional
