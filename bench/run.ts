@@ -10,6 +10,7 @@ import pg from 'pg';
 import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sample-app/embedded-database.js';
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
+import { DEFAULT_BATCH_LIMITS } from '../src/postgres/postgres-options.js';
 import type { BenchResult, Measure } from './bench-result.js';
 import type { BenchCounters } from './bench-counters.js';
 import { renderChart } from './chart.js';
@@ -548,17 +549,16 @@ const POOL_SIZE = 20;
 
 /**
  * Each app's pool: POOL_SIZE, or what the server can give each of the apps that reach it directly when that is less
- * (its max_connections, less the connections open now, 10 for PgBouncer's and the bench's own, and the four of each
- * app's batches). The full bench
- * runs five such apps, and PostgreSQL's default of 100 connections cannot give each 20: the last to fill its pool
- * was refused connections, answered 503, and measured that.
+ * (its max_connections, less the connections open now, 10 for PgBouncer's and the bench's own, and each app's batch
+ * connections). The full bench runs five such apps, and PostgreSQL's default of 100 connections cannot give each 20:
+ * the last to fill its pool was refused connections, answered 503, and measured that.
  */
 async function appPoolSize(db: TestDatabase, directApps: number): Promise<string> {
   const [{ max, used }] = await db.query<{ max: number; used: number }>(
     "SELECT current_setting('max_connections')::int AS max, (SELECT count(*) FROM pg_stat_activity)::int AS used",
   );
-  // Each app's store opens its batches' own connections beside its pool (2 × maxInFlight, 2 by default).
-  const fitting = Math.floor((max - used - 10) / Math.max(1, directApps)) - 4;
+  // Each app's store opens its batches' own connections beside its pool (2 × maxInFlight).
+  const fitting = Math.floor((max - used - 10) / Math.max(1, directApps)) - 2 * DEFAULT_BATCH_LIMITS.maxInFlight;
   if (fitting >= POOL_SIZE) return String(POOL_SIZE);
   if (fitting < 4)
     throw new Error(`The server has ${max - used} free connections of ${max}: too few for ${directApps} bench apps`);

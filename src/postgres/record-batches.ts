@@ -73,7 +73,7 @@ export interface SingleRecordStatements {
  */
 function isItemFault(error: unknown): boolean {
   const code = codeOf(error);
-  return typeof code === 'string' && (/^2[123]/.test(code) || isLockWait(error) || code === '40P01');
+  return typeof code === 'string' && (/^2[123]/.test(code) || isLockWait(code) || code === '40P01');
 }
 
 /**
@@ -81,8 +81,7 @@ function isItemFault(error: unknown): boolean {
  * one record), or an application's `statement_timeout` shorter than that, which its connections start with too
  * (57014, as a cancelled statement is).
  */
-function isLockWait(error: unknown): boolean {
-  const code = codeOf(error);
+function isLockWait(code: unknown): boolean {
   return code === '55P03' || code === '57014';
 }
 
@@ -117,7 +116,7 @@ async function answeredSeparatelyOnItemFault<Item, Answer>(
   } catch (error) {
     if (!isItemFault(error)) throw error;
     // Even a batch of one asks: the lock it waited for may be the table's (a migration), not its record's.
-    const held = isLockWait(error) ? await heldIn(items, sending) : undefined;
+    const held = isLockWait(codeOf(error)) ? await heldIn(items, sending) : undefined;
     if (!held?.size) return items.map(sending.one);
     const free = answeredAlongside(
       items.filter((_, index) => !held.has(index)),
