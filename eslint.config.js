@@ -17,6 +17,8 @@ const ROOM_NAMES = {
   http: 'the HTTP edge (src/http)',
   'transport-kit': "the transports' toolkit (src/transport-kit)",
   postgres: 'the PostgreSQL store (src/postgres)',
+  redis: 'the Redis store (src/redis)',
+  'store-kit': "the stores' toolkit (src/store-kit)",
   memory: 'the in-memory store (src/memory)',
   testing: 'the testing kit (src/testing)',
   client: 'the client (src/client)',
@@ -34,7 +36,8 @@ const ROOM_NAMES = {
 };
 
 const HTTP_PLATFORM = ['express', 'fastify', '@fastify/', '@nestjs/platform-'];
-const DATABASE = ['typeorm', '@nestjs/typeorm', 'pg'];
+const DATABASE = ['typeorm', '@nestjs/typeorm', 'pg', 'ioredis'];
+const POSTGRES = ['typeorm', '@nestjs/typeorm', 'pg'];
 const NODE = ['node:', ...builtinModules];
 const BROKER_CLIENT = ['amqplib', 'amqp-connection-manager', '@nats-io/', 'nats'];
 
@@ -64,7 +67,31 @@ export const ROOMS = {
     mayImport: ['http', 'transport-kit', 'protocol', 'shared'],
     packages: [['the database (ORM or driver)', DATABASE]],
   },
-  postgres: { mayImport: ['postgres', 'protocol', 'shared'], packages: [['an HTTP platform', HTTP_PLATFORM]] },
+  postgres: {
+    mayImport: ['postgres', 'store-kit', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['Redis', ['ioredis']],
+    ],
+  },
+  // The Redis store, on the application's ioredis client: never TypeORM or pg, which an application on Redis may lack.
+  redis: {
+    mayImport: ['redis', 'store-kit', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['PostgreSQL (ORM or driver)', POSTGRES],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
+  // What the stores share to wait for outcomes (waits by scope, polling), knowing no database.
+  'store-kit': {
+    mayImport: ['store-kit', 'protocol', 'shared'],
+    packages: [
+      ['an HTTP platform', HTTP_PLATFORM],
+      ['the database (ORM or driver)', DATABASE],
+      ['a broker client', BROKER_CLIENT],
+    ],
+  },
   memory: {
     mayImport: ['memory', 'protocol', 'shared'],
     packages: [

@@ -11,11 +11,14 @@ import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
 import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
 import { IdempotencyLifecycle } from './protocol/idempotency-lifecycle.js';
+import { refuseTransactionalHandlers } from './protocol/transactional-handlers.js';
 
 /** Marks the check below as done; nothing injects it, and Nest creates every provider at start-up. */
 const ONE_MODULE_CHECKED = Symbol('ONE_MODULE_CHECKED');
 /** Marks the warning below as given, once per application, as the check above. */
 const PROCESS_LOCAL_WARNED = Symbol('PROCESS_LOCAL_WARNED');
+/** Marks as done the refusal of transactional handlers on a store that runs none. */
+const TRANSACTIONS_CHECKED = Symbol('TRANSACTIONS_CHECKED');
 
 /** A store of this process's memory serves one instance: warned at start-up, naming the store to use instead. */
 function warnIfProcessLocal(store: IdempotencyStore): boolean {
@@ -63,6 +66,11 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
     { provide: APP_INTERCEPTOR, useClass: IdempotencyInterceptor },
     { provide: ONE_MODULE_CHECKED, inject: [ModulesContainer], useFactory: refuseMoreThanOne },
     { provide: PROCESS_LOCAL_WARNED, inject: [IDEMPOTENCY_STORE], useFactory: warnIfProcessLocal },
+    {
+      provide: TRANSACTIONS_CHECKED,
+      inject: [ModulesContainer, IDEMPOTENCY_STORE, IDEMPOTENCY_MODULE_OPTIONS],
+      useFactory: refuseTransactionalHandlers,
+    },
   ],
   // The transports of other rooms' modules register in `IdempotencyTransports`, and read the module's options.
   exports: [IdempotencyService, IdempotencyContext, IdempotencyTransports, IDEMPOTENCY_MODULE_OPTIONS],

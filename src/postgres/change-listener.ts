@@ -3,7 +3,7 @@ import type { DataSource } from 'typeorm';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import { within } from '../protocol/store-bounds.js';
 import { quoteIdentifier } from './postgres-identifiers.js';
-import { type ScopeWait, ScopeWaits, scopeDigest } from './scope-waits.js';
+import { type ScopeWait, ScopeWaits, scopeDigest } from '../store-kit/scope-waits.js';
 import type { TransactionSlots } from './transaction-slots.js';
 import type { ClientClass } from './transaction-pooler.js';
 

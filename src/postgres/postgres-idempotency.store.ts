@@ -24,10 +24,11 @@ import { type BatchedClaim, type BatchedCompletion, type BatchLimits, RecordBatc
 import { BatchConnections } from './batch-connections.js';
 import { ownTransaction } from './postgres-store-transaction.js';
 import { type StatementConnections, StoreStatements } from './store-statements.js';
-import { heldRecordStatement, RecordPolling } from './record-polling.js';
+import { RecordPolling } from '../store-kit/record-polling.js';
 import {
   changeChannel,
   type ClaimRow,
+  heldRecordStatement,
   type RecordStatements,
   recordStatements,
   toExistingRecord,

@@ -334,3 +334,15 @@ export function toExistingRecord(row: ClaimRow): ExistingRecord {
   }
   return { status: 'in_progress', fingerprint: row.fingerprint as string };
 }
+
+/**
+ * Whether the record of a scope is in progress with a live lease (counted: 1 or 0), for the polling of waits behind
+ * a transaction pooler. Parameters: account, endpoint, key. Read-only, unlike `markAwaited`'s update: a polled record
+ * needs no mark, since nobody is notified.
+ */
+export function heldRecordStatement(tableName: string): Statement {
+  return prepared(`
+    SELECT count(*)::int AS count FROM ${quoteTableName(tableName)}
+    WHERE account = $1 AND endpoint = $2 AND idempotency_key = $3
+      AND status = 'in_progress' AND locked_until > now()`);
+}

@@ -141,6 +141,12 @@ export interface IdempotencyStore {
    */
   checkSchema?(): Promise<void>;
   /**
+   * Why the store runs no transactional handler (its records share no transaction with the application's data), and
+   * what to use instead; `undefined` (the default) when it runs them. The module then refuses to start with a
+   * transactional handler, naming it, and `beginTransaction` is never called.
+   */
+  readonly transactionsRefused?: string;
+  /**
    * The records live in this process only (its memory), not shared by the application's other instances nor kept
    * across a restart: the module warns at start-up that a retry reaching another instance runs again.
    */

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { Inject, Injectable, Logger } from '@nestjs/common';
 import type { KeyTerms } from './idempotency.errors.js';
 import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './idempotency.tokens.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
 import {
   checkTenancy,
   type IdempotencyPolicy,
@@ -172,6 +173,12 @@ export class IdempotencyService {
     options: ProtocolIdempotentOptions = {},
   ): Promise<ExecuteResult<T>> {
     const policy = resolvePolicy(this.modulePolicy, options);
+    if (policy.transactional && this.store.transactionsRefused !== undefined) {
+      throw new IdempotencySetupError(
+        `execute() of ${JSON.stringify(operation.name)} is transactional, and the idempotency store runs no ` +
+          `transactional operation: ${this.store.transactionsRefused}.`,
+      );
+    }
     const scope = scopeOfOperation(operation);
     const fingerprint = operationFingerprint(operation.input); // before anything is claimed
     // Within an attempt of work in hand (a consumer's message), the operation is in hand too: run during the drain.

@@ -8,6 +8,7 @@ import type { IdempotencyTelemetry } from './idempotency-telemetry.js';
 export function timedStore(store: IdempotencyStore, telemetry: IdempotencyTelemetry): IdempotencyStore {
   return {
     processLocal: store.processLocal,
+    transactionsRefused: store.transactionsRefused,
     capacity: store.capacity,
     claim: (...args) => telemetry.timeStore('claim', () => store.claim(...args)),
     renew: (...args) => telemetry.timeStore('renew', () => store.renew(...args)),

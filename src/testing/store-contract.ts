@@ -43,6 +43,18 @@ export interface StoreContractOptions {
    * checks that it does not, in place of the holder cases. Default: `true`.
    */
   holderTransactions?: boolean;
+  /**
+   * Whether the store runs transactions (`beginTransaction`). `false` for a store that says why it does not
+   * (`transactionsRefused`, as the Redis store): the kit checks that it refuses them, in place of the transaction
+   * cases, and expects no holder transactions either. Default: `true`.
+   */
+  transactions?: boolean;
+  /**
+   * Whether the store deletes a record at its expiry on its own (Redis's key TTLs): `purgeExpired` then has nothing to
+   * delete, and an in-progress record past its TTL is gone, so that claiming it again is a new claim, not a takeover.
+   * Default: `false` (records past their expiry stay until the purge deletes them).
+   */
+  expiresOnItsOwn?: boolean;
 }
 
 const LONG: ClaimTiming = { leaseSeconds: 60, ttlSeconds: 3600 };
@@ -295,109 +307,121 @@ export function describeIdempotencyStoreContract(
         for (const result of results.filter((result) => !result.claimed)) assert.deepEqual(result, inProgress('fp'));
       });
 
-      it('lets any request claim an in-progress record past its TTL, as a takeover', async (subject) => {
+      it(`lets any request claim an in-progress record past its TTL, as ${
+        options.expiresOnItsOwn ? 'a new claim (it expired)' : 'a takeover'
+      }`, async (subject) => {
         const scope = newScope();
         await claimed(subject.store, scope, 'fp', { leaseSeconds: 0.1, ttlSeconds: 0.1 });
         await elapse(subject, 0.2);
         assert.deepEqual(await subject.store.claim(scope, 'another request', randomUUID(), LONG), {
           claimed: true,
-          takeover: true,
+          takeover: !options.expiresOnItsOwn,
         });
       });
     });
 
-    describe('transactions', () => {
-      it('stores an outcome completed in a transaction when it commits, not before', async ({ store }) => {
-        const scope = newScope();
-        const claim = await claimed(store, scope, 'fp', LONG);
-        const transaction = await store.beginTransaction(5_000);
-        assert.equal(transaction.connectionLost, false);
-        assert.equal(await store.complete(claim, response, 60, transaction), true);
-        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
-        await transaction.commit();
-        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+    const transactions = options.transactions !== false;
+    const holderTransactions = transactions && options.holderTransactions !== false;
+    if (!transactions) {
+      it('refuses transactions, saying why (`transactionsRefused`)', async ({ store }) => {
+        assert.ok(store.transactionsRefused, 'a store without transactions says why in transactionsRefused');
+        await assert.rejects(store.beginTransaction(5_000));
       });
+    }
 
-      // A transaction's own clock stops at its start (PostgreSQL's now()): a TTL counted from there would be shortened
-      // by the run, and over before the outcome is stored for a run as long as the TTL.
-      it("counts the TTL of an outcome completed in a transaction from the completion, not from the transaction's start", async (subject) => {
-        const { store } = subject;
-        const scope = newScope();
-        const claim = await claimed(store, scope, 'fp', LONG);
-        const transaction = await store.beginTransaction(5_000);
-        try {
-          await elapse(subject, 0.6);
-          assert.equal(await store.complete(claim, response, 1.2, transaction), true);
+    if (transactions)
+      describe('transactions', () => {
+        it('stores an outcome completed in a transaction when it commits, not before', async ({ store }) => {
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', LONG);
+          const transaction = await store.beginTransaction(5_000);
+          assert.equal(transaction.connectionLost, false);
+          assert.equal(await store.complete(claim, response, 60, transaction), true);
+          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
           await transaction.commit();
-        } finally {
-          await transaction.rollback();
-        }
-        // Counted from the transaction's start, it would be 0.55 s at most; the margin is for a slow commit and claim.
-        const expiresIn = completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
-        assert.ok(expiresIn > 0.8 && expiresIn <= 1.2, `expiresInSeconds ${expiresIn} is not within (0.8, 1.2]`);
-      });
+          completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+        });
 
-      it('discards it when the transaction rolls back: the claim is still held by its attempt', async ({ store }) => {
-        const scope = newScope();
-        const claim = await claimed(store, scope, 'fp', LONG);
-        const transaction = await store.beginTransaction(5_000);
-        assert.equal(await store.complete(claim, response, 60, transaction), true);
-        await transaction.rollback();
-        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
-        assert.equal(await store.complete(claim, response, 60), true);
-        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
-      });
-
-      it('discards it when the transaction is abandoned', async ({ store }) => {
-        const scope = newScope();
-        const claim = await claimed(store, scope, 'fp', LONG);
-        const transaction = await store.beginTransaction(5_000);
-        assert.equal(await store.complete(claim, response, 60, transaction), true);
-        transaction.abandon();
-        await transaction.rollback().catch(() => undefined); // gives back what the transaction held
-        assert.equal(await store.release(claim), true);
-        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
-      });
-
-      for (const ending of ['commit', 'rollback'] as const) {
-        it(`makes a takeover racing a completion in a transaction wait for its ${ending}`, async (subject) => {
+        // A transaction's own clock stops at its start (PostgreSQL's now()): a TTL counted from there would be shortened
+        // by the run, and over before the outcome is stored for a run as long as the TTL.
+        it("counts the TTL of an outcome completed in a transaction from the completion, not from the transaction's start", async (subject) => {
           const { store } = subject;
           const scope = newScope();
-          const claim = await claimed(store, scope, 'fp', SHORT_LEASE);
+          const claim = await claimed(store, scope, 'fp', LONG);
           const transaction = await store.beginTransaction(5_000);
           try {
-            assert.equal(await store.complete(claim, response, 60, transaction), true);
-            await elapse(subject, SHORT_LEASE.leaseSeconds);
-            // The lease lapsed, but the record is being completed: the taker must not win it from under the commit.
-            const taking = store.claim(scope, 'fp', randomUUID(), LONG);
-            await transaction[ending]();
-            if (ending === 'commit') completedWith(await taking, 'fp', response);
-            else assert.deepEqual(await taking, { claimed: true, takeover: true });
+            await elapse(subject, 0.6);
+            assert.equal(await store.complete(claim, response, 1.2, transaction), true);
+            await transaction.commit();
+          } finally {
+            await transaction.rollback();
+          }
+          // Counted from the transaction's start, it would be 0.55 s at most; the margin is for a slow commit and claim.
+          const expiresIn = completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+          assert.ok(expiresIn > 0.8 && expiresIn <= 1.2, `expiresInSeconds ${expiresIn} is not within (0.8, 1.2]`);
+        });
+
+        it('discards it when the transaction rolls back: the claim is still held by its attempt', async ({ store }) => {
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', LONG);
+          const transaction = await store.beginTransaction(5_000);
+          assert.equal(await store.complete(claim, response, 60, transaction), true);
+          await transaction.rollback();
+          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), inProgress('fp'));
+          assert.equal(await store.complete(claim, response, 60), true);
+          completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+        });
+
+        it('discards it when the transaction is abandoned', async ({ store }) => {
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', LONG);
+          const transaction = await store.beginTransaction(5_000);
+          assert.equal(await store.complete(claim, response, 60, transaction), true);
+          transaction.abandon();
+          await transaction.rollback().catch(() => undefined); // gives back what the transaction held
+          assert.equal(await store.release(claim), true);
+          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
+        });
+
+        for (const ending of ['commit', 'rollback'] as const) {
+          it(`makes a takeover racing a completion in a transaction wait for its ${ending}`, async (subject) => {
+            const { store } = subject;
+            const scope = newScope();
+            const claim = await claimed(store, scope, 'fp', SHORT_LEASE);
+            const transaction = await store.beginTransaction(5_000);
+            try {
+              assert.equal(await store.complete(claim, response, 60, transaction), true);
+              await elapse(subject, SHORT_LEASE.leaseSeconds);
+              // The lease lapsed, but the record is being completed: the taker must not win it from under the commit.
+              const taking = store.claim(scope, 'fp', randomUUID(), LONG);
+              await transaction[ending]();
+              if (ending === 'commit') completedWith(await taking, 'fp', response);
+              else assert.deepEqual(await taking, { claimed: true, takeover: true });
+            } finally {
+              await transaction.rollback();
+            }
+          });
+        }
+
+        it('fences a completion in a transaction as any other', async ({ store }) => {
+          const scope = newScope();
+          await claimed(store, scope, 'fp', LONG);
+          const transaction = await store.beginTransaction(5_000);
+          try {
+            assert.equal(await store.complete({ scope, attempt: randomUUID() }, response, 60, transaction), false);
           } finally {
             await transaction.rollback();
           }
         });
-      }
-
-      it('fences a completion in a transaction as any other', async ({ store }) => {
-        const scope = newScope();
-        await claimed(store, scope, 'fp', LONG);
-        const transaction = await store.beginTransaction(5_000);
-        try {
-          assert.equal(await store.complete({ scope, attempt: randomUUID() }, response, 60, transaction), false);
-        } finally {
-          await transaction.rollback();
-        }
       });
-    });
 
-    if (options.holderTransactions === false) {
+    if (!holderTransactions) {
       it('opens no holder transaction: its claims fall back to the lease', async ({ store }) => {
         assert.equal(await store.beginHoldingTransaction(newScope()), undefined);
       });
     }
 
-    if (options.holderTransactions !== false)
+    if (holderTransactions)
       describe('holder transactions', () => {
         // A transactional attempt opens its transaction before its claim, holding the scope: when that transaction ends
         // with the claim still in progress (its process died, its connection was cut), nothing of its work can commit,
@@ -528,22 +552,23 @@ export function describeIdempotencyStoreContract(
         });
       }
 
-      it('wakes the waiters of an outcome completed in a transaction when it commits', async ({ store }) => {
-        const scope = newScope();
-        const claim = await claimed(store, scope, 'fp', LONG);
-        const waiting = store.waitForChange(scope, 30_000);
-        try {
-          await waiting.listening;
-          assert.equal(await store.markAwaited(scope), true);
-          const transaction = await store.beginTransaction(5_000);
-          assert.equal(await store.complete(claim, response, 60, transaction), true);
-          assert.equal(await settledWithin(waiting.changed, 100), false, 'woken before the commit');
-          await transaction.commit();
-          await woken(waiting.changed, 'the waiter of a committed outcome');
-        } finally {
-          waiting.cancel();
-        }
-      });
+      if (transactions)
+        it('wakes the waiters of an outcome completed in a transaction when it commits', async ({ store }) => {
+          const scope = newScope();
+          const claim = await claimed(store, scope, 'fp', LONG);
+          const waiting = store.waitForChange(scope, 30_000);
+          try {
+            await waiting.listening;
+            assert.equal(await store.markAwaited(scope), true);
+            const transaction = await store.beginTransaction(5_000);
+            assert.equal(await store.complete(claim, response, 60, transaction), true);
+            assert.equal(await settledWithin(waiting.changed, 100), false, 'woken before the commit');
+            await transaction.commit();
+            await woken(waiting.changed, 'the waiter of a committed outcome');
+          } finally {
+            waiting.cancel();
+          }
+        });
 
       it('keeps a scope awaited across a takeover: the outcome of the attempt that took it over wakes the waiters', async (subject) => {
         const { store } = subject;
@@ -585,7 +610,10 @@ export function describeIdempotencyStoreContract(
     });
 
     describe('purgeExpired', () => {
-      it('deletes expired records in batches of at most batchSize, and keeps live ones', async (subject) => {
+      const purging = options.expiresOnItsOwn
+        ? 'finds them gone already'
+        : 'deletes them in batches of at most batchSize';
+      it(`loses expired records (the purge ${purging}), and keeps live ones`, async (subject) => {
         const { store } = subject;
         const expired = Array.from({ length: 5 }, () => newScope());
         // In progress and past their TTL: a claim after the purge tells a deleted one (no takeover) from one left.
@@ -595,7 +623,8 @@ export function describeIdempotencyStoreContract(
         await elapse(subject, 0.2);
         const batches = await purgedBatches(store, 2);
         const total = batches.reduce((sum, purged) => sum + purged, 0);
-        assert.ok(total >= expired.length, `purged ${total} records in batches ${batches.join(', ')}`);
+        if (options.expiresOnItsOwn) assert.equal(total, 0, 'a store whose records expire on their own purged some');
+        else assert.ok(total >= expired.length, `purged ${total} records in batches ${batches.join(', ')}`);
         for (const scope of expired) {
           assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), { claimed: true, takeover: false });
         }

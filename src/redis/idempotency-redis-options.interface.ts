@@ -1,0 +1,12 @@
+import type { RedisClient } from './record-scripts.js';
+import type { RedisStoreOptions } from './redis-idempotency.store.js';
+
+/** Options of `IdempotencyRedisModule.forRoot()` and `forRootAsync()`: the client the records live on, and their keys. */
+export interface IdempotencyRedisOptions extends RedisStoreOptions {
+  /**
+   * The application's own ioredis client: a `Redis` (one server, or a primary found through Sentinel) or a `Cluster`,
+   * or a function that makes it. The store sends its scripts on it, and makes one duplicate of it for pub/sub; the
+   * application keeps it and closes it (after the module's shutdown, which still uses it).
+   */
+  client: RedisClient | (() => RedisClient);
+}

@@ -1,0 +1,24 @@
+import { Module } from '@nestjs/common';
+import { IDEMPOTENCY_STORE } from '../protocol/idempotency.tokens.js';
+import type { IdempotencyRedisOptions } from './idempotency-redis-options.interface.js';
+import { ConfigurableIdempotencyRedisModule } from './idempotency-redis.module-definition.js';
+import { RedisIdempotencyStore } from './redis-idempotency.store.js';
+import { IDEMPOTENCY_REDIS_OPTIONS } from './redis.tokens.js';
+
+/**
+ * The Redis store, for `IdempotencyModule.forRoot({ store: IdempotencyRedisModule.forRoot({ client }), ... })`: keeps
+ * the records on the application's ioredis client (a `Redis` or a `Cluster`), in standard mode; the module refuses
+ * transactional handlers on it at start-up.
+ */
+@Module({
+  providers: [
+    {
+      provide: IDEMPOTENCY_STORE,
+      inject: [IDEMPOTENCY_REDIS_OPTIONS],
+      useFactory: ({ client, ...options }: IdempotencyRedisOptions) =>
+        new RedisIdempotencyStore(typeof client === 'function' ? client() : client, options),
+    },
+  ],
+  exports: [IDEMPOTENCY_STORE],
+})
+export class IdempotencyRedisModule extends ConfigurableIdempotencyRedisModule {}

@@ -1,0 +1,129 @@
+import { createHash } from 'node:crypto';
+import type { Cluster, Redis } from 'ioredis';
+
+/** The application's ioredis client: one Redis (or a Sentinel-managed one), or a Redis Cluster. */
+export type RedisClient = Redis | Cluster;
+
+// One record is one hash, at `<prefix>{<digest of its scope>}`: the braces make the digest its hash tag, so that every
+// key a record ever needs stays in one slot of a Redis Cluster. Its fields, short since every record carries them:
+//   a, e, k: account, endpoint, key (for the operator's reads); f: fingerprint; s: `in_progress` or `completed`;
+//   t: the attempt holding it; n: attempts at it; l: end of the lease (ms, Redis's clock; empty once completed);
+//   x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created, updated (ms);
+//   rs, rh, rb: the outcome's status, headers (JSON) and body.
+// Every script reads Redis's clock (`TIME`) and touches one key, so it is atomic and single-slot; a record past `x` is
+// gone, since its key expires then.
+
+const NOW = `
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+`;
+
+/** Whether the record read into `r` (its `s`, `t` and `x` first) is in progress for the attempt `ARGV[1]`. */
+const HELD_BY_ATTEMPT = `r[1] == 'in_progress' and r[2] == ARGV[1] and tonumber(r[3]) > now`;
+
+/**
+ * The claim, deciding the four outcomes in one step. ARGV: fingerprint, attempt, lease (ms), ttl (ms), account,
+ * endpoint, key. Returns `{'claimed'}`, `{'takeover'}` (same fingerprint, lapsed lease), `{'in_progress', fingerprint}`
+ * or `{'completed', fingerprint, status, headers, body, ms left}`.
+ */
+const CLAIM = `${NOW}
+local fingerprint, attempt = ARGV[1], ARGV[2]
+local lease_until = now + tonumber(ARGV[3])
+local expires = lease_until + tonumber(ARGV[4])
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'x', 'n', 'rs', 'rh', 'rb')
+if r[1] and tonumber(r[4]) > now then
+  if r[1] == 'completed' then return {'completed', r[2], r[6], r[7], r[8], tonumber(r[4]) - now} end
+  if r[2] ~= fingerprint or tonumber(r[3]) > now then return {'in_progress', r[2]} end
+  redis.call('HSET', KEYS[1], 't', attempt, 'n', tonumber(r[5]) + 1, 'l', lease_until, 'x', expires, 'u', now)
+  redis.call('PEXPIREAT', KEYS[1], expires)
+  return {'takeover'}
+end
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'a', ARGV[5], 'e', ARGV[6], 'k', ARGV[7], 'f', fingerprint, 's', 'in_progress',
+  't', attempt, 'n', 1, 'l', lease_until, 'x', expires, 'w', '0', 'c', now, 'u', now)
+redis.call('PEXPIREAT', KEYS[1], expires)
+return {'claimed'}
+`;
+
+/** The lease renewed by its holder, lapsed or not. ARGV: attempt, lease (ms), ttl (ms). Returns 1, or 0 when not held. */
+const RENEW = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x')
+if not (${HELD_BY_ATTEMPT}) then return 0 end
+local lease_until = now + tonumber(ARGV[2])
+local expires = lease_until + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'l', lease_until, 'x', expires, 'u', now)
+redis.call('PEXPIREAT', KEYS[1], expires)
+return 1
+`;
+
+/**
+ * The outcome stored by the claim's holder, its TTL counted from now; the waiters told when it was awaited. ARGV:
+ * attempt, ttl (ms), status, headers, body, channel, digest. Returns 1, or 0 when not held.
+ */
+const COMPLETE = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
+if not (${HELD_BY_ATTEMPT}) then return 0 end
+local expires = now + tonumber(ARGV[2])
+redis.call('HSET', KEYS[1], 's', 'completed', 'rs', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5], 'l', '', 'x', expires,
+  'u', now)
+redis.call('PEXPIREAT', KEYS[1], expires)
+if r[4] == '1' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
+return 1
+`;
+
+/** The claim deleted by its holder; the waiters told. ARGV: attempt, channel, digest. Returns 1, or 0 when not held. */
+const RELEASE = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
+if not (${HELD_BY_ATTEMPT}) then return 0 end
+redis.call('DEL', KEYS[1])
+if r[4] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return 1
+`;
+
+/** Whether the record is in progress with a live lease: `r` read as `s`, `l`, `x`, `w`. */
+const LIVE_LEASE = `r[1] == 'in_progress' and tonumber(r[2]) > now and tonumber(r[3]) > now`;
+
+/** The record marked awaited while its lease holds (written once). Returns 1, or 0 when it is not held. */
+const MARK_AWAITED = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 'l', 'x', 'w')
+if not (${LIVE_LEASE}) then return 0 end
+if r[4] ~= '1' then redis.call('HSET', KEYS[1], 'w', '1') end
+return 1
+`;
+
+/** Whether the record is in progress with a live lease, read only, for waits that poll. Returns 1 or 0. */
+const IS_HELD = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 'l', 'x')
+if ${LIVE_LEASE} then return 1 end
+return 0
+`;
+
+/** A Lua script, sent by its SHA1 (`EVALSHA`) and in full when the server does not have it yet (`NOSCRIPT`). */
+export class RecordScript {
+  private readonly sha: string;
+
+  constructor(readonly source: string) {
+    this.sha = createHash('sha1').update(source).digest('hex');
+  }
+
+  /** Runs on the record's key; bulk replies come back as Buffers (an outcome's body is bytes). */
+  async run(client: RedisClient, key: string, args: Array<string | number | Buffer>): Promise<unknown> {
+    try {
+      return await client.callBuffer('evalsha', [this.sha, 1, key, ...args]);
+    } catch (error) {
+      // A server that restarted, failed over, or flushed its scripts no longer has it; EVAL loads it again.
+      if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
+      return client.callBuffer('eval', [this.source, 1, key, ...args]);
+    }
+  }
+}
+
+/** The store's scripts, each one round trip. */
+export const RECORD_SCRIPTS = {
+  claim: new RecordScript(CLAIM),
+  renew: new RecordScript(RENEW),
+  complete: new RecordScript(COMPLETE),
+  release: new RecordScript(RELEASE),
+  markAwaited: new RecordScript(MARK_AWAITED),
+  isHeld: new RecordScript(IS_HELD),
+};
