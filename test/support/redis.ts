@@ -1,0 +1,54 @@
+import { execFile } from 'node:child_process';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { requireService } from './required-service.js';
+
+/** The Redis of the suites on one Redis: `REDIS_URL`, by default the one that runs beside PostgreSQL here and in CI. */
+export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+
+export const redis = await requireService('Redis', async () => {
+  // One try, failing fast: a Redis that is not there is told in seconds, not retried forever.
+  const client = new Redis(REDIS_URL, {
+    lazyConnect: true,
+    connectTimeout: 3_000,
+    maxRetriesPerRequest: 0,
+    retryStrategy: () => null,
+  });
+  // Its errors reach this check through `connect()` and `ping()`.
+  client.on('error', () => undefined);
+  try {
+    await client.connect();
+    await client.ping();
+    await client.quit();
+    return undefined;
+  } catch (error) {
+    client.disconnect();
+    return `Redis cannot be reached at ${REDIS_URL} (set REDIS_URL): ${(error as Error).message}`;
+  }
+});
+
+/**
+ * The suites on a Redis Cluster start their own (`test/support/redis-cluster.ts`), of local `redis-server` processes
+ * that `redis-cli` joins: both must be installed, of Redis 7 or later (the nodes' settings need it).
+ */
+export const redisCluster = await requireService('Redis Cluster', async () => {
+  for (const program of ['redis-server', 'redis-cli']) {
+    let version: string;
+    try {
+      version = (await promisify(execFile)(program, ['--version'], { timeout: 5_000 })).stdout;
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code === 'ENOENT') {
+        return `${program} is not on PATH (install Redis 7 or later: apt-get install redis-server)`;
+      }
+      return `${program} cannot run: ${(error as Error).message}`;
+    }
+    const major = Number(/(\d+)\.\d+\.\d+/.exec(version)?.[1]);
+    if (!(major >= 7)) return `${program} is not Redis 7 or later: ${version.trim()}`;
+  }
+  return undefined;
+});
+
+/** A client of the Redis at `REDIS_URL` for a test, which closes it (`quit()`). */
+export function newRedisClient(): Redis {
+  return new Redis(REDIS_URL);
+}
