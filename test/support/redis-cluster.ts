@@ -265,9 +265,48 @@ function listen(port: number): Promise<Server> {
   });
 }
 
+/** Settings of `redis-server`, each a directive and its values (`['rename-command', 'SUBSCRIBE', '']`). */
+type ServerSettings = Array<[string, ...string[]]>;
+
+/** A `redis-server` of a test's own, not in a cluster: for settings the shared Redis must keep (an eviction policy). */
+export interface LocalRedisServer {
+  port: number;
+  /** `redis://127.0.0.1:<port>`. */
+  url: string;
+  /** Kills it, waits for its exit and removes its folder. */
+  stop(): Promise<void>;
+}
+
+/** Starts a `redis-server` on a free port with `settings` (`['maxmemory-policy', 'allkeys-lru']`…), in the foreground. */
+export async function startRedisServer(settings: ServerSettings = []): Promise<LocalRedisServer> {
+  const [port] = await freeNodePorts(1);
+  const dir = await mkdtemp(join(tmpdir(), 'idempotency-test-redis-'));
+  const stop = async (server?: ChildProcess) => {
+    if (server !== undefined) await stopProcess(server);
+    await rm(dir, { recursive: true, force: true });
+  };
+  try {
+    const server = await startServer(port, dir, [
+      ['save', ''],
+      ['appendonly', 'no'],
+      ['bind', HOST],
+      ['daemonize', 'no'],
+      ...settings,
+    ]);
+    return { port, url: `redis://${HOST}:${port}`, stop: () => stop(server) };
+  } catch (error) {
+    await stop();
+    throw error;
+  }
+}
+
 /** Starts `redis-server` on `port` with its folder `dir` (its log there), and waits until it answers. */
-async function startServer(port: number, dir: string): Promise<ChildProcess> {
-  const settings = NODE_SETTINGS.flatMap(([name, value]) => [`--${name}`, value]);
+async function startServer(
+  port: number,
+  dir: string,
+  nodeSettings: ServerSettings = NODE_SETTINGS,
+): Promise<ChildProcess> {
+  const settings = nodeSettings.flatMap(([name, ...values]) => [`--${name}`, ...values]);
   const logFile = join(dir, 'redis.log');
   const server = spawn('redis-server', ['--port', String(port), '--dir', dir, '--logfile', logFile, ...settings], {
     cwd: dir,
