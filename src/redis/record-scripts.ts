@@ -11,7 +11,8 @@ export type RedisClient = Redis | Cluster;
 //   x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created, updated (ms);
 //   rs, rh, rb: the outcome's status, headers (JSON) and body.
 // Every script reads Redis's clock (`TIME`) and touches one key, so it is atomic and single-slot; a record past `x` is
-// gone, since its key expires then.
+// gone, since its key expires then. A script that creates or fills a record writes with HSET first: Redis refuses it
+// on a full server (`noeviction`), but checks only a script's first write, so one that began with a DEL would not be.
 
 const NOW = `
 local clock = redis.call('TIME')
@@ -38,9 +39,9 @@ if r[1] and tonumber(r[4]) > now then
   redis.call('PEXPIREAT', KEYS[1], expires)
   return {'takeover'}
 end
-redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'a', ARGV[5], 'e', ARGV[6], 'k', ARGV[7], 'f', fingerprint, 's', 'in_progress',
   't', attempt, 'n', 1, 'l', lease_until, 'x', expires, 'w', '0', 'c', now, 'u', now)
+if r[1] then redis.call('HDEL', KEYS[1], 'rs', 'rh', 'rb') end
 redis.call('PEXPIREAT', KEYS[1], expires)
 return {'claimed'}
 `;
