@@ -7,6 +7,7 @@ import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { Cluster, type ClusterOptions, Redis } from 'ioredis';
 import { madeBeforeAll } from './made-before-all.js';
+import { onOneTryConnection } from './redis.js';
 import { stopProcess, trackSpawnedProcess } from './spawned-processes.js';
 import { waitFor } from './wait-for.js';
 
@@ -443,29 +444,8 @@ async function readNodes(client: Redis): Promise<NodeEntry[]> {
  * Runs `use` on a connection of its own to the node on `port`, which fails at once rather than retrying: a node
  * stopped, or not yet started, is an answer too.
  */
-async function onNode<T>(port: number, use: (client: Redis) => Promise<T>): Promise<T> {
-  const client = new Redis({
-    host: HOST,
-    port,
-    lazyConnect: true,
-    connectTimeout: 1_000,
-    commandTimeout: 2_000,
-    maxRetriesPerRequest: 0,
-    retryStrategy: () => null,
-    // Closed at once, rather than holding the test file's exit for up to 2 s when the connection failed.
-    disconnectTimeout: 0,
-  });
-  // What went wrong with the connection, for the caller: `connect()` itself rejects with only "Connection is closed".
-  let connectionError: Error | undefined;
-  client.on('error', (error: Error) => (connectionError = error));
-  try {
-    await client.connect().catch((error: Error) => {
-      throw connectionError ?? error;
-    });
-    return await use(client);
-  } finally {
-    client.disconnect();
-  }
+function onNode<T>(port: number, use: (client: Redis) => Promise<T>): Promise<T> {
+  return onOneTryConnection({ host: HOST, port }, { connectTimeout: 1_000, commandTimeout: 2_000 }, use);
 }
 
 /** `use` on the first node of `ports` that answers. */

@@ -1,35 +1,49 @@
 import { execFile } from 'node:child_process';
 import { promisify } from 'node:util';
-import { Redis } from 'ioredis';
+import { Redis, type RedisOptions } from 'ioredis';
 import { requireService } from './required-service.js';
 
 /** The Redis of the suites on one Redis: `REDIS_URL`, by default one on this machine's default port. */
 export const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
 export const redis = await requireService('Redis', async () => {
-  // One try, failing fast: a Redis that is not there is told in seconds, not retried forever.
-  const client = new Redis(REDIS_URL, {
+  try {
+    await onOneTryConnection(REDIS_URL, { connectTimeout: 3_000 }, (client) => client.ping());
+    return undefined;
+  } catch (error) {
+    return `Redis cannot be reached at ${REDIS_URL} (set REDIS_URL): ${(error as Error).message}`;
+  }
+});
+
+/**
+ * `use` on a connection to `target` tried once, failing fast: a Redis that is not there is told in seconds, with what
+ * went wrong (`connect()` itself rejects with only "Connection is closed"), not retried forever.
+ */
+export async function onOneTryConnection<T>(
+  target: string | { host: string; port: number },
+  options: RedisOptions,
+  use: (client: Redis) => Promise<T>,
+): Promise<T> {
+  const settings: RedisOptions = {
     lazyConnect: true,
-    connectTimeout: 3_000,
     maxRetriesPerRequest: 0,
     retryStrategy: () => null,
     // Closed at once, rather than holding the test file's exit for up to 2 s when the connection failed.
     disconnectTimeout: 0,
-  });
-  // What went wrong with the connection: `connect()` itself rejects with only "Connection is closed".
+    ...options,
+  };
+  const client = typeof target === 'string' ? new Redis(target, settings) : new Redis({ ...target, ...settings });
   let connectionError: Error | undefined;
   client.on('error', (error: Error) => (connectionError = error));
   try {
-    await client.connect();
-    await client.ping();
-    await client.quit();
-    return undefined;
-  } catch (error) {
+    await client.connect().catch((error: Error) => {
+      throw connectionError ?? error;
+    });
+    return await use(client);
+  } finally {
     client.disconnect();
-    const reason = (connectionError ?? (error as Error)).message;
-    return `Redis cannot be reached at ${REDIS_URL} (set REDIS_URL): ${reason}`;
   }
-});
+}
 
 /**
  * The suites on a Redis Cluster start their own (`test/support/redis-cluster.ts`), of local `redis-server` processes
