@@ -148,9 +148,9 @@ export const ROOMS = {
       ['a broker client', BROKER_CLIENT],
     ],
   },
-  // The operator's command-line tool: the PostgreSQL store's operator on a `pg` client, without Nest's app or TypeORM.
+  // The operator's command-line tool: a store's operator on a `pg` or ioredis client, without Nest's app or TypeORM.
   cli: {
-    mayImport: ['cli', 'postgres', 'shared'],
+    mayImport: ['cli', 'postgres', 'redis', 'store-kit', 'shared'],
     packages: [
       ['an HTTP platform', HTTP_PLATFORM],
       ['the ORM', ['typeorm', '@nestjs/typeorm']],

@@ -1,4 +1,4 @@
-import type { OperatorRecord, OperatorReleaseResult } from '../postgres/idempotency-operator.js';
+import type { OperatorRecord, OperatorReleaseResult } from '../store-kit/operator-records.js';
 
 /** What each state means, said after it in the human output. */
 const STATE_MEANINGS: Record<OperatorRecord['state'], string> = {

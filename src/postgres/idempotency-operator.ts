@@ -1,5 +1,16 @@
 import { ExpiredRecordsPurge } from '../protocol/expired-records-purge.js';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
+import {
+  type IdempotencyOperations,
+  OPERATOR_DEFAULT_LIMIT,
+  type OperatorReadOptions,
+  type OperatorRecord,
+  type OperatorRecordMatch,
+  type OperatorRecordState,
+  type OperatorReleaseResult,
+  type OperatorStateCounts,
+  releaseResult,
+} from '../store-kit/operator-records.js';
 import { scopeLockKey } from './holder-locks.js';
 import { DEFAULT_TABLE_NAME } from './postgres-options.js';
 import { quoteTableName } from './postgres-identifiers.js';
@@ -11,74 +22,6 @@ import { changeChannel, type RecordStatements, recordStatements } from './record
  */
 export type OperatorQuery = (text: string, values: unknown[]) => Promise<Record<string, unknown>[]>;
 
-/**
- * Where a record stands, as an operator reads it:
- * - `running`: in progress within its lease (its attempt renews it while it runs);
- * - `lease-lapsed`: in progress past its lease: its attempt crashed, hangs, or finished but gave up finalizing; the
- *   first retry of the same request takes it over;
- * - `holder-gone`: in progress within its lease, but claimed by a transactional attempt whose transaction has ended
- *   (its process died or its connection was cut): the first retry of the same request takes it over already;
- * - `completed`: its outcome is stored and replayed;
- * - `expired`: past its TTL, free for any request and for the purge.
- */
-export type OperatorRecordState = 'running' | 'lease-lapsed' | 'holder-gone' | 'completed' | 'expired';
-
-/** One record of the table, without its stored body unless it was asked for. */
-export interface OperatorRecord {
-  account: string;
-  endpoint: string;
-  key: string;
-  state: OperatorRecordState;
-  /** The stored status: `in_progress` or `completed`. */
-  status: 'in_progress' | 'completed';
-  /** The token of the attempt that holds (or held) the claim: what `release()` is fenced on. */
-  attempt: string;
-  /** How many attempts claimed it: more than 1 after takeovers. */
-  attempts: number;
-  /** Whether its attempt's transaction held the scope's lock (a transactional attempt's holder transaction). */
-  holderTransaction: boolean;
-  /** Whether an attempt waits for its outcome (and is woken when it is completed or released). */
-  awaited: boolean;
-  createdAt: Date;
-  /** When the lease lapses (or lapsed); `null` once completed. */
-  leaseUntil: Date | null;
-  completedAt: Date | null;
-  expiresAt: Date;
-  /** The stored response's status; `null` while in progress. */
-  responseStatus: number | null;
-  /** The stored body's size in bytes; `null` while in progress. */
-  bodyBytes: number | null;
-  /** The stored body itself, only when asked for (`{ body: true }`). */
-  body?: Buffer;
-}
-
-/** What `release()` did: the record deleted, or why not. */
-export type OperatorReleaseOutcome = 'released' | 'not-found' | 'completed' | 'other-attempt';
-
-export interface OperatorReleaseResult {
-  outcome: OperatorReleaseOutcome;
-  /** The record as it stands after the release failed (none once released or not found). */
-  record?: OperatorRecord;
-}
-
-/** Which records `find()` lists: the key, in any account and endpoint unless they are given. */
-export interface OperatorRecordMatch {
-  key: string;
-  account?: string;
-  endpoint?: string;
-}
-
-export interface OperatorReadOptions {
-  /** Read the stored bodies too. Default false: bodies may hold anything a handler answered. */
-  body?: boolean;
-  /** At most this many records. Default 100. */
-  limit?: number;
-}
-
-/** How many records stand in each state (`holder-gone` ones are counted as `running`: see `stuck()`). */
-export type OperatorStateCounts = Record<Exclude<OperatorRecordState, 'holder-gone'>, number>;
-
-const DEFAULT_LIMIT = 100;
 const COLUMNS = `account, endpoint, idempotency_key, status, attempt::text AS attempt, attempts, lock_held, awaited,
   created_at, locked_until, completed_at, expires_at, response_status, octet_length(response_body) AS body_bytes,
   CASE WHEN expires_at <= now() THEN 'expired' WHEN status = 'completed' THEN 'completed'
@@ -91,7 +34,7 @@ const COLUMNS = `account, endpoint, idempotency_key, status, attempt::text AS at
  * `IdempotencyPostgresModule` on the application's data source. Statements go out unnamed (no prepared statement left
  * on a pooled connection).
  */
-export class IdempotencyOperator {
+export class IdempotencyOperator implements IdempotencyOperations {
   private readonly table: string;
   private readonly statements: RecordStatements;
 
@@ -119,7 +62,7 @@ export class IdempotencyOperator {
       `SELECT ${COLUMNS}${options.body ? ', response_body' : ''} FROM ${this.table}
        WHERE idempotency_key = $1 AND ($2::text IS NULL OR account = $2) AND ($3::text IS NULL OR endpoint = $3)
        ORDER BY created_at DESC LIMIT $4`,
-      [match.key, match.account ?? null, match.endpoint ?? null, options.limit ?? DEFAULT_LIMIT],
+      [match.key, match.account ?? null, match.endpoint ?? null, options.limit ?? OPERATOR_DEFAULT_LIMIT],
     );
     return this.withHolders(rows.map(toRecord));
   }
@@ -131,7 +74,7 @@ export class IdempotencyOperator {
    * it from a dead one.
    */
   async stuck(options: Pick<OperatorReadOptions, 'limit'> = {}): Promise<OperatorRecord[]> {
-    const limit = options.limit ?? DEFAULT_LIMIT;
+    const limit = options.limit ?? OPERATOR_DEFAULT_LIMIT;
     const stuck: OperatorRecord[] = [];
     // Read a page at a time: whether a holder transaction lives is known only after reading its record, so the limit
     // counts the stuck records found, never the live ones read before them.
@@ -156,7 +99,7 @@ export class IdempotencyOperator {
     const rows = await this.query(
       `SELECT * FROM (SELECT ${COLUMNS}${options.body ? ', response_body' : ''} FROM ${this.table}) AS records
        WHERE state = $1 ORDER BY created_at DESC LIMIT $2`,
-      [state, options.limit ?? DEFAULT_LIMIT],
+      [state, options.limit ?? OPERATOR_DEFAULT_LIMIT],
     );
     return this.withHolders(rows.map(toRecord));
   }
@@ -184,10 +127,7 @@ export class IdempotencyOperator {
       scope.key,
       attempt,
     ]);
-    if (count === 1) return { outcome: 'released' };
-    const record = await this.inspect(scope);
-    if (record === undefined) return { outcome: 'not-found' };
-    return { outcome: record.status === 'completed' ? 'completed' : 'other-attempt', record };
+    return releaseResult(count === 1, () => this.inspect(scope));
   }
 
   /** Deletes every expired record now, in batches of `batchSize` (default 1000, the module's `purgeBatchSize`). */

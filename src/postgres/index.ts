@@ -18,14 +18,14 @@ export { IdempotencyRecord } from './idempotency-record.entity.js';
 export { idempotencyMigrations } from './migrations/idempotency-migrations.js';
 
 // An operator's look at the table: a key's record, the stuck ones, a fenced release, the purge (docs/operator.md).
-export {
-  IdempotencyOperator,
-  type OperatorQuery,
-  type OperatorReadOptions,
-  type OperatorRecord,
-  type OperatorRecordMatch,
-  type OperatorRecordState,
-  type OperatorReleaseOutcome,
-  type OperatorReleaseResult,
-  type OperatorStateCounts,
-} from './idempotency-operator.js';
+export { IdempotencyOperator, type OperatorQuery } from './idempotency-operator.js';
+export type {
+  IdempotencyOperations,
+  OperatorReadOptions,
+  OperatorRecord,
+  OperatorRecordMatch,
+  OperatorRecordState,
+  OperatorReleaseOutcome,
+  OperatorReleaseResult,
+  OperatorStateCounts,
+} from '../store-kit/operator-records.js';

@@ -3,6 +3,7 @@ import { IDEMPOTENCY_STORE } from '../protocol/idempotency.tokens.js';
 import type { IdempotencyRedisOptions } from './idempotency-redis-options.interface.js';
 import { ConfigurableIdempotencyRedisModule } from './idempotency-redis.module-definition.js';
 import { RedisIdempotencyStore } from './redis-idempotency.store.js';
+import { RedisIdempotencyOperator } from './redis-operator.js';
 import { IDEMPOTENCY_REDIS_OPTIONS } from './redis.tokens.js';
 
 /**
@@ -18,7 +19,14 @@ import { IDEMPOTENCY_REDIS_OPTIONS } from './redis.tokens.js';
       useFactory: ({ client, ...options }: IdempotencyRedisOptions) =>
         new RedisIdempotencyStore(typeof client === 'function' ? client() : client, options),
     },
+    // The operator's look at the same records, on the store's client (made once, when a factory makes it).
+    {
+      provide: RedisIdempotencyOperator,
+      inject: [IDEMPOTENCY_STORE, IDEMPOTENCY_REDIS_OPTIONS],
+      useFactory: (store: RedisIdempotencyStore, { keyPrefix }: IdempotencyRedisOptions) =>
+        new RedisIdempotencyOperator(store.client, { keyPrefix }),
+    },
   ],
-  exports: [IDEMPOTENCY_STORE],
+  exports: [IDEMPOTENCY_STORE, RedisIdempotencyOperator],
 })
 export class IdempotencyRedisModule extends ConfigurableIdempotencyRedisModule {}

@@ -9,3 +9,16 @@ export type { RedisClient } from './record-scripts.js';
 // The store itself (for a module of your own), and what makes a server unfit for it.
 export { RedisIdempotencyStore, type RedisStoreOptions } from './redis-idempotency.store.js';
 export { MINIMUM_REDIS_VERSION, redisServerFaults } from './redis-server-check.js';
+
+// An operator's look at the records: a key's record, the stuck ones, a fenced release (docs/operator.md).
+export { RedisIdempotencyOperator } from './redis-operator.js';
+export type {
+  IdempotencyOperations,
+  OperatorReadOptions,
+  OperatorRecord,
+  OperatorRecordMatch,
+  OperatorRecordState,
+  OperatorReleaseOutcome,
+  OperatorReleaseResult,
+  OperatorStateCounts,
+} from '../store-kit/operator-records.js';

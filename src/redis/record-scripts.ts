@@ -4,6 +4,9 @@ import type { Cluster, Redis } from 'ioredis';
 /** The application's ioredis client: one Redis (or a Sentinel-managed one), or a Redis Cluster. */
 export type RedisClient = Redis | Cluster;
 
+/** What the records' keys (and the store's channel) start with unless the application says (`keyPrefix`). */
+export const DEFAULT_KEY_PREFIX = 'idempotency:';
+
 // One record is one hash, at `<prefix>{<digest of its scope>}`: the braces make the digest its hash tag, so that every
 // key a record ever needs stays in one slot of a Redis Cluster. Its fields, short since every record carries them:
 //   a, e, k: account, endpoint, key (for the operator's reads); f: fingerprint; s: `in_progress` or `completed`;
@@ -99,6 +102,15 @@ if ${LIVE_LEASE} then return 1 end
 return 0
 `;
 
+/**
+ * ioredis's Buffer-replying script commands, which every client has and its types omit. Not `callBuffer`: with
+ * `enableAutoPipelining`, ioredis 5 loses the command's name on that path and throws (redis/ioredis#1923).
+ */
+interface ScriptCommands {
+  evalshaBuffer(sha: string, keys: 1, key: string, ...args: Array<string | number | Buffer>): Promise<unknown>;
+  evalBuffer(source: string, keys: 1, key: string, ...args: Array<string | number | Buffer>): Promise<unknown>;
+}
+
 /** A Lua script, sent by its SHA1 (`EVALSHA`) and in full when the server does not have it yet (`NOSCRIPT`). */
 export class RecordScript {
   private readonly sha: string;
@@ -110,11 +122,11 @@ export class RecordScript {
   /** Runs on the record's key; bulk replies come back as Buffers (an outcome's body is bytes). */
   async run(client: RedisClient, key: string, args: Array<string | number | Buffer>): Promise<unknown> {
     try {
-      return await client.callBuffer('evalsha', [this.sha, 1, key, ...args]);
+      return await (client as unknown as ScriptCommands).evalshaBuffer(this.sha, 1, key, ...args);
     } catch (error) {
       // A server that restarted, failed over, or flushed its scripts no longer has it; EVAL loads it again.
       if (!(error instanceof Error) || !error.message.startsWith('NOSCRIPT')) throw error;
-      return client.callBuffer('eval', [this.source, 1, key, ...args]);
+      return (client as unknown as ScriptCommands).evalBuffer(this.source, 1, key, ...args);
     }
   }
 }

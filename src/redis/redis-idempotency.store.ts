@@ -14,7 +14,7 @@ import type {
 import { within } from '../protocol/store-bounds.js';
 import { RecordPolling } from '../store-kit/record-polling.js';
 import { OutcomeSubscription } from './outcome-subscription.js';
-import { RECORD_SCRIPTS, type RedisClient } from './record-scripts.js';
+import { DEFAULT_KEY_PREFIX, RECORD_SCRIPTS, type RedisClient } from './record-scripts.js';
 import { checkRedisServers } from './redis-server-check.js';
 
 export interface RedisStoreOptions {
@@ -46,10 +46,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private readonly outcomeWaits: OutcomeSubscription | RecordPolling;
 
   constructor(
-    private readonly client: RedisClient,
+    /** The application's client the records live on (the module's `RedisIdempotencyOperator` reads them on it too). */
+    readonly client: RedisClient,
     options: RedisStoreOptions = {},
   ) {
-    this.prefix = options.keyPrefix ?? 'idempotency:';
+    this.prefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
     this.channel = `${this.prefix}outcomes`;
     const isHeld = async (scope: IdempotencyScope) =>
       (await RECORD_SCRIPTS.isHeld.run(this.client, this.keyOf(scope), [])) === 1;

@@ -1,11 +1,17 @@
 import { execFile } from 'node:child_process';
-import { randomUUID } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { mkdtemp, rm, symlink } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
+import type { Redis } from 'ioredis';
 import request from 'supertest';
+import { RedisIdempotencyStore } from '../../src/redis/index.js';
+import type { IdempotencyScope, StoredResponse } from '../../src/store/index.js';
+import { newRedisClient, redis, REDIS_URL, redisCluster } from '../support/redis.js';
+import { useRedisCluster } from '../support/redis-cluster.js';
+import { describeWith } from '../support/required-service.js';
 import { postCharge, type RunningApp, spawnSampleApp, type SpawnedApp, startSampleApp } from '../support/sample-app.js';
 import { stopProcess } from '../support/spawned-processes.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
@@ -16,6 +22,7 @@ import { waitFor } from '../support/wait-for.js';
  * compiler settings into a folder of the test's, beside the repository's node_modules), on records made by real sample apps: a charge completed, one
  * expired, one running in a live process (its holder transaction open), and the records of two processes SIGKILLed
  * mid-charge, one in standard mode (its lease lapses) and one in transactional mode (its holder transaction ended).
+ * Then on Redis (REDIS_URL, and a Redis Cluster's REDIS_CLUSTER_NODES), on records its store wrote.
  */
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 const ENDPOINT = 'POST /v1/charges';
@@ -41,8 +48,8 @@ function cli(args: string[], env: Record<string, string | undefined> = { DATABAS
   });
 }
 
-async function json<T>(args: string[]): Promise<{ code: number; value: T }> {
-  const run = await cli([...args, '--json']);
+async function json<T>(args: string[], env?: Record<string, string | undefined>): Promise<{ code: number; value: T }> {
+  const run = await cli([...args, '--json'], env);
   expect(run.stderr).toBe('');
   return { code: run.code, value: JSON.parse(run.stdout) as T };
 }
@@ -62,6 +69,23 @@ interface Shown {
   bodyEncoding?: string;
 }
 
+beforeAll(async () => {
+  build = await mkdtemp(join(tmpdir(), 'nest-idempotency-cli-'));
+  await symlink(join(ROOT, 'node_modules'), join(build, 'node_modules'));
+  const compiler = join(ROOT, 'node_modules/typescript/bin/tsc');
+  await promisify(execFile)(
+    process.execPath,
+    [compiler, '-p', 'tsconfig.build.json', '--outDir', join(build, 'dist')],
+    {
+      cwd: ROOT,
+    },
+  );
+}, 120_000);
+
+afterAll(async () => {
+  if (build) await rm(build, { recursive: true, force: true });
+});
+
 describe('the operator command-line tool, as a process, on records of real apps', () => {
   let app: RunningApp;
   let shortLived: RunningApp;
@@ -75,16 +99,6 @@ describe('the operator command-line tool, as a process, on records of real apps'
   };
 
   beforeAll(async () => {
-    build = await mkdtemp(join(tmpdir(), 'nest-idempotency-cli-'));
-    await symlink(join(ROOT, 'node_modules'), join(build, 'node_modules'));
-    const compiler = join(ROOT, 'node_modules/typescript/bin/tsc');
-    await promisify(execFile)(
-      process.execPath,
-      [compiler, '-p', 'tsconfig.build.json', '--outDir', join(build, 'dist')],
-      {
-        cwd: ROOT,
-      },
-    );
     db = await createTestDatabase();
     app = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4 });
     shortLived = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, ttlSeconds: 1 });
@@ -119,7 +133,6 @@ describe('the operator command-line tool, as a process, on records of real apps'
     await app?.close();
     await shortLived?.close();
     await db?.drop();
-    if (build) await rm(build, { recursive: true, force: true });
   });
 
   it('answers --help with 0, a usage error with 2, a database it cannot reach with 3', async () => {
@@ -254,5 +267,144 @@ describe('the operator command-line tool, as a process, on records of real apps'
     expect(purged).toMatchObject({ code: 0, stdout: 'Purged 1 expired record.\n' });
     expect((await cli(['inspect', '--key', keys.expired])).code).toBe(1);
     expect((await json(['purge'])).value).toEqual({ purged: 0 });
+  });
+});
+
+/** What the store's records on Redis answer to, as the sample app's charges do. */
+const REDIS_OUTCOME: StoredResponse = {
+  status: 201,
+  headers: { 'content-type': 'application/json' },
+  body: Buffer.from(JSON.stringify({ id: 'ch_1', ...CHARGE })),
+};
+
+/** A record of `scope` claimed on `store` (its lease lapsed at once, or of a minute), completed if asked; its attempt. */
+async function claimOnRedis(
+  store: RedisIdempotencyStore,
+  scope: IdempotencyScope,
+  state: 'lease-lapsed' | 'running' | 'completed',
+): Promise<string> {
+  const attempt = randomUUID();
+  const timing = { leaseSeconds: state === 'lease-lapsed' ? 0.001 : 60, ttlSeconds: 3600 };
+  await store.claim(scope, 'fp', attempt, timing);
+  if (state === 'completed') await store.complete({ scope, attempt }, REDIS_OUTCOME, timing.ttlSeconds);
+  return attempt;
+}
+
+describeWith(redis, 'the operator command-line tool on Redis (REDIS_URL), on records of the Redis store', () => {
+  const keyPrefix = `test:${randomBytes(4).toString('hex')}:cli:`;
+  const onRedis = { REDIS_URL };
+  const withPrefix = ['--key-prefix', keyPrefix];
+  const account = 'sk_test_redis';
+  const scopes = {
+    completed: { account, endpoint: ENDPOINT, key: `completed-${randomUUID()}` },
+    lapsed: { account, endpoint: ENDPOINT, key: `lapsed-${randomUUID()}` },
+    running: { account, endpoint: ENDPOINT, key: `running-${randomUUID()}` },
+  };
+  const attempts: Record<keyof typeof scopes, string> = { completed: '', lapsed: '', running: '' };
+  let client: Redis;
+
+  beforeAll(async () => {
+    client = newRedisClient();
+    const store = new RedisIdempotencyStore(client, { keyPrefix });
+    for (const state of ['completed', 'lapsed', 'running'] as const) {
+      attempts[state] = await claimOnRedis(store, scopes[state], state === 'lapsed' ? 'lease-lapsed' : state);
+    }
+  });
+
+  afterAll(() => client?.quit());
+
+  const scopeArgs = ({ account, endpoint, key }: IdempotencyScope) => [
+    '--account',
+    account,
+    '--endpoint',
+    endpoint,
+    '--key',
+    key,
+    ...withPrefix,
+  ];
+
+  it('inspects a completed record under its key prefix, its body only with --body; none under the default prefix', async () => {
+    const { code, value } = await json<Shown[]>(['inspect', '--key', scopes.completed.key, ...withPrefix], onRedis);
+    expect(code).toBe(0);
+    expect(value).toEqual([
+      expect.objectContaining({
+        ...scopes.completed,
+        state: 'completed',
+        attempt: attempts.completed,
+        holderTransaction: false,
+        responseStatus: 201,
+        bodyBytes: REDIS_OUTCOME.body.length,
+      }),
+    ]);
+    expect(value[0]).not.toHaveProperty('body');
+    const withBody = await cli(['inspect', '--key', scopes.completed.key, '--body', ...withPrefix], onRedis);
+    expect(withBody.stdout).toContain('"amount":1200');
+    expect((await cli(['inspect', '--key', scopes.completed.key], onRedis)).code).toBe(1);
+  });
+
+  it('lists the record past its lease as stuck, not the running one, and releases it fenced on its attempt', async () => {
+    const stuck = (await json<Shown[]>(['stuck', ...withPrefix], onRedis)).value;
+    expect(stuck.map(({ key, state }) => [key, state])).toEqual([[scopes.lapsed.key, 'lease-lapsed']]);
+
+    const wrong = await json<{ outcome: string }>(
+      ['release', ...scopeArgs(scopes.lapsed), '--attempt', randomUUID()],
+      onRedis,
+    );
+    expect(wrong).toMatchObject({ code: 1, value: { outcome: 'other-attempt' } });
+    const completed = await cli(['release', ...scopeArgs(scopes.completed), '--attempt', attempts.completed], onRedis);
+    expect(completed.code).toBe(1);
+    expect(completed.stdout).toContain('a completed record is never released');
+    const released = await cli(['release', ...scopeArgs(scopes.lapsed), '--attempt', attempts.lapsed], onRedis);
+    expect(released).toMatchObject({ code: 0, stdout: 'Released: the next request with this key runs the handler.\n' });
+    expect((await json(['release', ...scopeArgs(scopes.lapsed), '--attempt', attempts.lapsed], onRedis)).value).toEqual(
+      { outcome: 'not-found' },
+    );
+    expect((await json<Shown[]>(['stuck', ...withPrefix], onRedis)).value).toEqual([]);
+    expect(await cli(['purge', ...withPrefix], onRedis)).toMatchObject({
+      code: 0,
+      stdout: 'Purged 0 expired records.\n',
+    });
+  });
+
+  it("refuses two stores at once and the other store's options (2), and says when Redis cannot be reached (3)", async () => {
+    const both = await cli(['stuck'], { DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none', ...onRedis });
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain('DATABASE_URL and REDIS_URL are set, each naming a store');
+    // A flag names the store: the environment's other one is then not asked.
+    expect(
+      (
+        await cli(['stuck', '--redis-url', REDIS_URL, ...withPrefix], {
+          DATABASE_URL: 'postgres://postgres@127.0.0.1:1/none',
+        })
+      ).code,
+    ).toBe(0);
+    const table = await cli(['stuck', '--table', 'idempotency_records'], onRedis);
+    expect(table).toMatchObject({ code: 2 });
+    expect(table.stderr).toContain('--table is for PostgreSQL; on Redis, --key-prefix');
+    const nodes = await cli(['stuck'], { REDIS_CLUSTER_NODES: '127.0.0.1' });
+    expect(nodes.stderr).toContain("the Redis Cluster's nodes are host:port,host:port,...: not '127.0.0.1'");
+    const unreachable = await cli(['stuck', '--redis-url', 'redis://127.0.0.1:1'], {});
+    expect(unreachable.code).toBe(3);
+    expect(unreachable.stderr).toContain('Redis could not be reached');
+  });
+});
+
+describeWith(redisCluster, 'the operator command-line tool on a Redis Cluster (REDIS_CLUSTER_NODES)', () => {
+  const cluster = useRedisCluster({ masters: 3, replicasPerMaster: 0 });
+  const keyPrefix = `test:${randomBytes(4).toString('hex')}:cli:`;
+
+  it('lists the stuck records of every primary, and releases one wherever its slot is', async () => {
+    const store = new RedisIdempotencyStore(cluster.newClient(), { keyPrefix });
+    const scopes = Array.from({ length: 9 }, (_, index) => ({ account: '', endpoint: ENDPOINT, key: `k${index}` }));
+    for (const scope of scopes) await claimOnRedis(store, scope, 'lease-lapsed');
+    const onCluster = {
+      REDIS_CLUSTER_NODES: cluster.startupNodes.map(({ host, port }) => `${host}:${port}`).join(','),
+    };
+    const stuck = (await json<Shown[]>(['stuck', '--key-prefix', keyPrefix], onCluster)).value;
+    expect(stuck.map(({ key }) => key).sort()).toEqual(scopes.map(({ key }) => key));
+    const { key, attempt } = stuck[4];
+    const release = ['release', '--account', '', '--endpoint', ENDPOINT, '--key', key, '--attempt', attempt];
+    expect((await cli([...release, '--key-prefix', keyPrefix], onCluster)).code).toBe(0);
+    expect((await json<Shown[]>(['stuck', '--key-prefix', keyPrefix], onCluster)).value).toHaveLength(8);
   });
 });

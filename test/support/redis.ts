@@ -67,6 +67,6 @@ export const redisCluster = await requireService('Redis Cluster', async () => {
 });
 
 /** A client of the Redis at `REDIS_URL` for a test, which closes it (`quit()`). */
-export function newRedisClient(): Redis {
-  return new Redis(REDIS_URL);
+export function newRedisClient(options: RedisOptions = {}): Redis {
+  return new Redis(REDIS_URL, options);
 }
