@@ -1,22 +1,20 @@
 import 'reflect-metadata';
 import { Body, Controller, Module, Post } from '@nestjs/common';
-import { NestFactory } from '@nestjs/core';
-import { FastifyAdapter } from '@nestjs/platform-fastify';
 import { InjectDataSource } from '@nestjs/typeorm';
+import { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyModule } from '../src/index.js';
 import { IdempotencyPostgresModule, PostgresIdempotencyContext } from '../src/postgres/index.js';
-import { PLATFORMS, type Platform } from '../test/support/platforms.js';
+import { IdempotencyRedisModule } from '../src/redis/index.js';
 import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
-import { BenchCountersController } from './bench-counters.js';
+import { BENCH_ROUND_TRIPS, BenchCountersController } from './bench-counters.js';
+import { BENCH_REDIS_URL } from './bench-redis.js';
+import { serveBenchApp } from './bench-server.js';
 
-/** The same charge insert behind three routes: without the module, in standard mode, in transactional mode. */
+/** The same charge insert without the module and in standard mode: the routes of the app on either store. */
 @Controller('bench')
-class BenchController {
-  constructor(
-    @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly idempotency: PostgresIdempotencyContext,
-  ) {}
+class StandardBenchController {
+  constructor(@InjectDataSource() protected readonly dataSource: DataSource) {}
 
   @Post('baseline')
   baseline(@Body() body: ChargeBody) {
@@ -29,15 +27,77 @@ class BenchController {
     return this.insert(body);
   }
 
+  protected insert(body: ChargeBody) {
+    return insertCharge(this.dataSource.manager, body);
+  }
+}
+
+/** On PostgreSQL, a third route, in transactional mode: the insert through the run's transaction. */
+@Controller('bench')
+class PostgresBenchController extends StandardBenchController {
+  constructor(
+    @InjectDataSource() dataSource: DataSource,
+    private readonly idempotency: PostgresIdempotencyContext,
+  ) {
+    super(dataSource);
+  }
+
   @Post('transactional')
   @Idempotent({ transactional: true })
   transactional(@Body() body: ChargeBody) {
     return this.insert(body);
   }
 
-  private insert(body: ChargeBody) {
+  // Every route of it, as before the Redis store had its app: the PostgreSQL rows measure the same code as ever.
+  protected override insert(body: ChargeBody) {
     return insertCharge(this.idempotency.manager ?? this.dataSource.manager, body);
   }
+}
+
+/**
+ * BENCH_STORE: where the records live, `postgres` (the default: the database of the charges) or `redis` (the Redis at
+ * BENCH_REDIS_URL, the keys under BENCH_REDIS_PREFIX; standard mode only, the store refusing transactional handlers,
+ * so the app has no transactional route). The charges are in PostgreSQL either way, as the peer app's.
+ */
+function storeFromEnv(): 'postgres' | 'redis' {
+  const raw = process.env.BENCH_STORE || 'postgres';
+  if (raw !== 'postgres' && raw !== 'redis')
+    throw new Error(`BENCH_STORE must be postgres or redis, got ${JSON.stringify(raw)}`);
+  return raw;
+}
+const ON_REDIS = storeFromEnv() === 'redis';
+/** Every key of the app's under a prefix of its run's own (`newRedisPrefix()`), which the run deletes at its end. */
+const REDIS_PREFIX = process.env.BENCH_REDIS_PREFIX;
+if (ON_REDIS && !REDIS_PREFIX)
+  throw new Error('BENCH_STORE=redis needs BENCH_REDIS_PREFIX: the keys under a prefix that the bench deletes after');
+
+/**
+ * The application's client, as an application on the Redis store makes it, with auto-pipelining: the commands that
+ * concurrent requests send in one tick of the event loop then leave in one write to the socket. Without it ioredis
+ * writes each command as it is called, a system call each; the peer's client (node-redis 4) corks its socket until
+ * the next `setImmediate` by default, so that both apps would otherwise not be measured on the same terms. One
+ * connection, as the peer's. Not retrying for ever, so that an app whose Redis is gone fails at start (as the peer's).
+ */
+const redis = ON_REDIS
+  ? new Redis(BENCH_REDIS_URL, {
+      enableAutoPipelining: true,
+      retryStrategy: () => null,
+    })
+  : undefined;
+
+/**
+ * The commands the store sends on the client (each script one EVALSHA, or an EVAL when the server lacks it), for the
+ * `trips/req` column: the Redis store keeps no count of its own. Each is one round trip, or a share of one when
+ * auto-pipelining sends it with others.
+ */
+function countedCommands(client: Redis): { statementsSent: number } {
+  const count = { statementsSent: 0 };
+  const callBuffer = client.callBuffer.bind(client) as (...args: unknown[]) => unknown;
+  client.callBuffer = ((...args: unknown[]) => {
+    count.statementsSent += 1;
+    return callBuffer(...args);
+  }) as typeof client.callBuffer;
+  return count;
 }
 
 @Module({
@@ -46,43 +106,22 @@ class BenchController {
     IdempotencyModule.forRoot({
       // BENCH_TRANSACTION_POOLER=on: DATABASE_URL goes through PgBouncer in transaction mode (the rows through it).
       // BENCH_BATCHING=off: a statement per request, as before coalesced statements.
-      store: IdempotencyPostgresModule.forRoot({
-        transactionPooler: process.env.BENCH_TRANSACTION_POOLER === 'on',
-        ...(process.env.BENCH_BATCHING === 'off' ? { batching: false as const } : {}),
-      }),
+      store: redis
+        ? IdempotencyRedisModule.forRoot({ client: redis, keyPrefix: REDIS_PREFIX })
+        : IdempotencyPostgresModule.forRoot({
+            transactionPooler: process.env.BENCH_TRANSACTION_POOLER === 'on',
+            ...(process.env.BENCH_BATCHING === 'off' ? { batching: false as const } : {}),
+          }),
       accountResolver: () => 'bench',
-      // BENCH_REPLAY_CACHE=off: every replay reads the database, as on an instance that has not seen the key.
+      // BENCH_REPLAY_CACHE=off: every replay reads the store, as on an instance that has not seen the key.
       ...(process.env.BENCH_REPLAY_CACHE === 'off' ? { replayCache: false as const } : {}),
     }),
   ],
-  controllers: [BenchController, BenchCountersController],
+  controllers: [redis ? StandardBenchController : PostgresBenchController, BenchCountersController],
+  providers: redis ? [{ provide: BENCH_ROUND_TRIPS, useValue: countedCommands(redis) }] : [],
 })
 class BenchModule {}
 
-/** BENCH_PLATFORM: the HTTP platform the app runs on, Nest's default Express (the default) or Fastify. */
-function platformFromEnv(): Platform {
-  const raw = process.env.BENCH_PLATFORM || 'express';
-  if (!(PLATFORMS as readonly string[]).includes(raw))
-    throw new Error(`BENCH_PLATFORM must be one of ${PLATFORMS.join(', ')}, got ${JSON.stringify(raw)}`);
-  return raw as Platform;
-}
-
-/** The bench app, in a process of its own so that the load generator does not share its event loop. */
-async function main(): Promise<void> {
-  // The fingerprint hashes the body bytes as received: `rawBody: true` on either platform.
-  const options = { rawBody: true, logger: ['error' as const] };
-  const app =
-    platformFromEnv() === 'fastify'
-      ? await NestFactory.create(BenchModule, new FastifyAdapter(), options)
-      : await NestFactory.create(BenchModule, options);
-  await app.listen(0, '127.0.0.1');
-  console.log(`bench app listening on port ${new URL(await app.getUrl()).port}`);
-  const stop = () => void app.close().then(() => process.exit(0));
-  process.once('SIGTERM', stop);
-  process.once('SIGINT', stop);
-}
-
-main().catch((error: unknown) => {
-  console.error(error);
-  process.exit(1);
-});
+// The fingerprint hashes the body bytes as received: `rawBody: true` on either platform. The client is the app's to
+// close, after the module's shutdown, which still uses it.
+serveBenchApp(BenchModule, 'bench app', { rawBody: true }, async () => redis?.quit());

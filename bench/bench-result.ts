@@ -1,5 +1,11 @@
 import type { Platform } from '../test/support/sample-app.js';
 
+/** The names of the rows that the targets and the chart pick out (a Fastify row's with `fastify: ` before it). */
+export const PEER_NAME = 'peer @node-idempotency/nestjs (Redis)';
+export const REDIS_NEW_KEYS = 'standard on Redis, new keys';
+export const REDIS_REPLAYS = 'replays on Redis';
+export const REDIS_REPLAYS_UNCACHED = 'replays on Redis, from Redis';
+
 /** What one bench row measured: its rate, latencies, errors and statuses, over the rounds it ran. */
 export interface Measure {
   requestsPerSecond: number;

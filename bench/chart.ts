@@ -1,5 +1,5 @@
 import { CONSUMER_NAME } from './consumer-bench.js';
-import type { BenchResult } from './bench-result.js';
+import { type BenchResult, PEER_NAME } from './bench-result.js';
 
 const ROW = 22;
 const LABEL = 300;
@@ -14,19 +14,23 @@ export function renderChart(results: BenchResult[]): string {
       const y = top + 30 + i * ROW;
       const width = Math.max(1, (value(r) / max) * BAR);
       // Fastify's rows in lighter shades of Express's colours.
-      const [baseline, transactional, standard] =
-        r.platform === 'fastify' ? ['#c3c9d4', '#8fb3e3', '#86d3b3'] : ['#8a94a6', '#2f6fbf', '#1f9d6b'];
-      // The peer's rows (`peer @node-idempotency/nestjs (Redis), …`) in orange, the consumer rows (messages per
-      // second) in purple.
-      const fill = r.name.startsWith('peer ')
+      const [baseline, transactional, standard, redis] =
+        r.platform === 'fastify'
+          ? ['#c3c9d4', '#8fb3e3', '#86d3b3', '#e8a3a3']
+          : ['#8a94a6', '#2f6fbf', '#1f9d6b', '#c0392b'];
+      // The peer's rows (`peer @node-idempotency/nestjs (Redis), …`) in orange, ours on Redis in red, the consumer
+      // rows (messages per second) in purple.
+      const fill = r.name.startsWith(PEER_NAME)
         ? '#d9822b'
-        : r.name.startsWith(CONSUMER_NAME)
-          ? '#8e5bb5'
-          : r.name === 'baseline'
-            ? baseline
-            : r.name.startsWith('transactional')
-              ? transactional
-              : standard;
+        : r.name.includes(' on Redis')
+          ? redis
+          : r.name.startsWith(CONSUMER_NAME)
+            ? '#8e5bb5'
+            : r.name === 'baseline'
+              ? baseline
+              : r.name.startsWith('transactional')
+                ? transactional
+                : standard;
       return (
         `<text x="${LABEL - 8}" y="${y + 15}" text-anchor="end">${escape(r.config)}</text>` +
         `<rect x="${LABEL}" y="${y + 3}" width="${width.toFixed(1)}" height="${ROW - 6}" fill="${fill}"/>` +

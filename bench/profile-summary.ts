@@ -3,7 +3,8 @@ import { fileURLToPath } from 'node:url';
 
 /**
  * Summarizes a V8 `.cpuprofile` (written by `node --cpu-prof`): the top frames by self and inclusive time, and the
- * share of the samples by area (our `src/` rooms, pg, TypeORM, Nest, Express, Node.js internals, GC, idle).
+ * share of the samples by area (our `src/` rooms, pg, ioredis, TypeORM, Nest, Express, the peer and its node-redis,
+ * Node.js internals, GC, idle).
  * `bench/profile.ts` runs it on the bench app's profile; on its own:
  * `node --import ./scripts/register-ts.mjs bench/profile-summary.ts <file.cpuprofile> [fromMicros] [toMicros] [requests]`.
  */
@@ -34,8 +35,13 @@ export interface SampleWindow {
   to?: number;
 }
 
-const OURS = /\/src\/(http|protocol|postgres|shared|client)\//;
-const PACKAGE = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//;
+/** A file of one of our rooms (`src/http/`, `src/redis/`, …). */
+const OURS = /\/src\/([^/]+)\//;
+/**
+ * A package's file: the last `node_modules/<name>/` of its path is its package (a nested one's own, not the package
+ * that depends on it).
+ */
+const PACKAGE = /\/node_modules\/((?:@[^/]+\/)?[^/]+)\//g;
 /** The packages Express's request handling runs through (Express 5 and what it requires per request). */
 const EXPRESS_PACKAGES = new Set([
   'express',
@@ -93,16 +99,30 @@ const PG_PACKAGES = new Set([
   'packet-reader',
 ]);
 
+/** ioredis (the Redis store's client) and what it requires per command. */
+const IOREDIS_PACKAGES = new Set([
+  'ioredis',
+  'redis-parser',
+  'redis-errors',
+  'denque',
+  'cluster-key-slot',
+  'standard-as-callback',
+]);
+
 /** The area a frame's code belongs to. */
 export function areaOf({ functionName, url }: CallFrame): string {
   if (functionName === '(garbage collector)') return 'GC';
   if (functionName === '(idle)') return 'idle';
   if (functionName === '(program)') return 'V8/native (program)';
   if (functionName === '(root)') return 'root';
-  const inPackage = PACKAGE.exec(url);
+  const inPackage = [...url.matchAll(PACKAGE)].at(-1);
   if (inPackage) {
     const name = inPackage[1];
     if (PG_PACKAGES.has(name)) return 'pg';
+    if (IOREDIS_PACKAGES.has(name)) return 'ioredis';
+    // The peer (`bench/peer-app.ts`) and its adapter's client, node-redis 4.
+    if (name === 'redis' || name.startsWith('@redis/')) return 'node-redis';
+    if (name.startsWith('@node-idempotency/')) return 'peer: @node-idempotency';
     if (name === 'typeorm') return 'typeorm';
     if (name === '@nestjs/platform-express') return 'nest: platform-express';
     if (name.startsWith('@nestjs/')) return 'nest core';

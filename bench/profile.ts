@@ -8,6 +8,7 @@ import autocannon from 'autocannon';
 import type { ChildProcess } from 'node:child_process';
 import { type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase } from '../test/support/test-database.js';
+import { deleteRedisKeys, newRedisPrefix } from './bench-redis.js';
 import { type CpuProfile, formatSummary, summarize } from './profile-summary.js';
 import { consumeBatch, messageIds, openBenchQueue, RABBITMQ_URL } from './consumer-bench.js';
 
@@ -17,9 +18,11 @@ import { consumeBatch, messageIds, openBenchQueue, RABBITMQ_URL } from './consum
  * bench/README.md, "Profile". Settings: BENCH_PROFILE_ROUTE (`standard`, `transactional`, `baseline`, or `replays`:
  * `standard`'s route with REPLAY_KEYS keys in turn, completed by the warm-up; default `standard`),
  * BENCH_PROFILE_SECONDS (default 20), BENCH_PROFILE_DIR (where the `.cpuprofile` is kept; default a temporary folder),
- * BENCH_PLATFORM (as for the bench app). The `consumer-…` routes profile the consumer app (`consumer-app.ts`) instead:
- * a batch of BENCH_PROFILE_MESSAGES messages (default 5000) to one of its handlers, published first, then consumed
- * at prefetch 64 and profiled, after a warm-up batch of 2000.
+ * BENCH_PLATFORM, BENCH_STORE and BENCH_REPLAY_CACHE (as for the bench app: `BENCH_STORE=redis` profiles it on the
+ * Redis store, at BENCH_REDIS_URL, its keys under a prefix of their own, deleted after). `peer` and `peer-replays`
+ * profile the peer app (`peer-app.ts`) instead, with new keys or with replays. The `consumer-…` routes profile the
+ * consumer app (`consumer-app.ts`) instead: a batch of BENCH_PROFILE_MESSAGES messages (default 5000) to one of its
+ * handlers, published first, then consumed at prefetch 64 and profiled, after a warm-up batch of 2000.
  */
 const ROUTE = process.env.BENCH_PROFILE_ROUTE ?? 'standard';
 const SECONDS = Number(process.env.BENCH_PROFILE_SECONDS ?? 20);
@@ -28,13 +31,22 @@ const CONNECTIONS = 64;
 const REPLAY_KEYS = 500;
 const PROFILED_ROUTES = ['standard', 'transactional', 'baseline', 'replays'];
 const CONSUMER_ROUTES = PROFILED_ROUTES.map((route) => `consumer-${route}`);
+const PEER_ROUTES = ['peer', 'peer-replays'];
+const ON_PEER = PEER_ROUTES.includes(ROUTE);
+/** The bench app's store (BENCH_STORE, passed on to it): its keys on Redis under a prefix of this run's own. */
+const ON_REDIS = process.env.BENCH_STORE === 'redis';
+const redisPrefix = ON_REDIS || ON_PEER ? newRedisPrefix() : undefined;
 const MESSAGES = Number(process.env.BENCH_PROFILE_MESSAGES ?? 5000);
 const WARM_UP_MESSAGES = 2000;
 
 /** The key of each request: none on the baseline, one of REPLAY_KEYS in turn for replays, else a new one. */
 let sent = 0;
 const keyOfNextRequest = (): string | undefined =>
-  ROUTE === 'baseline' ? undefined : ROUTE === 'replays' ? `replay-profile-${sent++ % REPLAY_KEYS}` : randomUUID();
+  ROUTE === 'baseline'
+    ? undefined
+    : ROUTE.endsWith('replays')
+      ? `replay-profile-${sent++ % REPLAY_KEYS}`
+      : randomUUID();
 
 async function load(url: string, seconds: number): Promise<autocannon.Result> {
   return autocannon({
@@ -114,20 +126,27 @@ async function profileConsumer(dir: string, databaseUrl: string): Promise<void> 
 }
 
 async function main(): Promise<void> {
-  if (![...PROFILED_ROUTES, ...CONSUMER_ROUTES].includes(ROUTE))
-    throw new Error(
-      `BENCH_PROFILE_ROUTE must be one of ${[...PROFILED_ROUTES, ...CONSUMER_ROUTES].join(', ')}, got ${JSON.stringify(ROUTE)}`,
-    );
+  const routes = [...PROFILED_ROUTES, ...PEER_ROUTES, ...CONSUMER_ROUTES];
+  if (!routes.includes(ROUTE))
+    throw new Error(`BENCH_PROFILE_ROUTE must be one of ${routes.join(', ')}, got ${JSON.stringify(ROUTE)}`);
+  if (ON_REDIS && (ROUTE === 'transactional' || !PROFILED_ROUTES.includes(ROUTE)))
+    throw new Error(`BENCH_STORE=redis profiles the bench app's routes but transactional, not ${ROUTE}`);
   const dir = process.env.BENCH_PROFILE_DIR ?? mkdtempSync(join(tmpdir(), 'idempotency-profile-'));
   const database = await createTestDatabase();
   if (CONSUMER_ROUTES.includes(ROUTE)) return profileConsumer(dir, database.url).finally(() => database.drop());
   try {
-    const app = await spawnTypeScriptServer('bench/bench-app.ts', { DATABASE_URL: database.url }, [
-      '--cpu-prof',
-      `--cpu-prof-dir=${dir}`,
-    ]);
+    const app = await spawnTypeScriptServer(
+      ON_PEER ? 'bench/peer-app.ts' : 'bench/bench-app.ts',
+      {
+        DATABASE_URL: database.url,
+        ...(ON_REDIS ? { BENCH_REDIS_PREFIX: redisPrefix as string } : {}),
+        ...(ON_PEER ? { BENCH_PEER_PREFIX: redisPrefix as string } : {}),
+      },
+      ['--cpu-prof', `--cpu-prof-dir=${dir}`],
+    );
     try {
-      const url = `${app.url}/bench/${ROUTE === 'replays' ? 'standard' : ROUTE}`;
+      const path = ON_PEER ? 'peer' : ROUTE === 'replays' ? 'standard' : ROUTE;
+      const url = `${app.url}/bench/${path}`;
       console.log(`Warming up ${url} for ${WARM_UP_SECONDS} s, then profiling it for ${SECONDS} s…`);
       await load(url, WARM_UP_SECONDS);
       const from = profilerNow();
@@ -145,6 +164,7 @@ async function main(): Promise<void> {
     }
   } finally {
     await database.drop();
+    if (redisPrefix) await deleteRedisKeys(redisPrefix);
   }
 }
 

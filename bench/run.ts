@@ -1,6 +1,5 @@
 import 'reflect-metadata';
 import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
-import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
@@ -11,10 +10,18 @@ import { freePort, startEmbeddedDatabase, type EmbeddedDatabase } from '../sampl
 import { PLATFORMS, type Platform, type RunningApp, spawnTypeScriptServer } from '../test/support/sample-app.js';
 import { createTestDatabase, type TestDatabase } from '../test/support/test-database.js';
 import { DEFAULT_BATCH_LIMITS } from '../src/postgres/postgres-options.js';
-import type { BenchResult, Measure } from './bench-result.js';
+import {
+  type BenchResult,
+  type Measure,
+  PEER_NAME,
+  REDIS_NEW_KEYS,
+  REDIS_REPLAYS,
+  REDIS_REPLAYS_UNCACHED,
+} from './bench-result.js';
 import type { BenchCounters } from './bench-counters.js';
+import { deleteRedisKeys, newRedisPrefix, redisUnreachable } from './bench-redis.js';
 import { renderChart } from './chart.js';
-import { checkTargets, formatTargets } from './targets.js';
+import { checkTargets, formatTargets, successRatio } from './targets.js';
 import {
   type BenchQueue,
   CONSUMER_NAME,
@@ -43,16 +50,25 @@ function concurrencyFromEnv(): number[] {
 }
 const CONCURRENCY = concurrencyFromEnv();
 
-/** BENCH_PLATFORMS: which platforms' rows to measure, a comma-separated list (default both: `express,fastify`). */
-function platformsFromEnv(): Platform[] {
-  const raw = process.env.BENCH_PLATFORMS || PLATFORMS.join(',');
-  const platforms = raw.split(',').map((platform) => platform.trim());
-  for (const platform of platforms)
-    if (!(PLATFORMS as readonly string[]).includes(platform))
-      throw new Error(`BENCH_PLATFORMS must list some of ${PLATFORMS.join(', ')}, got ${JSON.stringify(raw)}`);
-  return PLATFORMS.filter((platform) => platforms.includes(platform));
+/** The setting `name`: a comma-separated list of some of `allowed` (default all of them), in `allowed`'s order. */
+function subsetFromEnv<T extends string>(name: string, allowed: readonly T[]): T[] {
+  const raw = process.env[name] || allowed.join(',');
+  const listed = raw.split(',').map((item) => item.trim());
+  for (const item of listed)
+    if (!(allowed as readonly string[]).includes(item))
+      throw new Error(`${name} must list some of ${allowed.join(', ')}, got ${JSON.stringify(raw)}`);
+  return allowed.filter((item) => listed.includes(item));
 }
-const MEASURED_PLATFORMS = platformsFromEnv();
+/** BENCH_PLATFORMS: which platforms' rows to measure (default both: `express,fastify`). */
+const MEASURED_PLATFORMS = subsetFromEnv('BENCH_PLATFORMS', PLATFORMS);
+const STORES = ['postgres', 'redis'] as const;
+type Store = (typeof STORES)[number];
+/**
+ * BENCH_STORES: which stores' rows to measure (default both: `postgres,redis`). A row names those that measure it
+ * (`measuredWith`): the baselines, the peer and ours on PostgreSQL in standard mode at 64 connections, which the
+ * Redis rows are read beside, are measured with either.
+ */
+const MEASURED_STORES = subsetFromEnv('BENCH_STORES', STORES);
 
 type Keys = 'none' | 'new' | 'completed' | 'one';
 interface Config {
@@ -64,16 +80,34 @@ interface Config {
    * Which app: on Express, on an empty records table, the same without its replay cache or without coalesced
    * statements (`batching: false`), or on a table holding
    * SCALE_RECORDS records; or on Fastify, on the same database as the first; or the peer app (`peer-app.ts`, on
-   * Express, on the same database as the first, its records in Redis); or on Express, on the first one's database
-   * through PgBouncer in transaction mode, with `transactionPooler: true`; or the consumer app (`consumer-app.ts`, on
-   * the same database as the first), whose rows are messages through RabbitMQ (`path` is then the pattern, and
-   * `connections` the prefetch).
+   * Express or on Fastify, on the same database as the first, its records in Redis); or on Express, on the first one's
+   * database through PgBouncer in transaction mode, with `transactionPooler: true`; or the consumer app
+   * (`consumer-app.ts`, on the same database as the first), whose rows are messages through RabbitMQ (`path` is then
+   * the pattern, and `connections` the prefetch); or ours on the Redis store, its charges on the first one's database,
+   * on Express, the same without its replay cache (on the same records), or on Fastify.
    */
-  target: 'empty' | 'uncached' | 'unbatched' | 'large' | 'fastify' | 'peer' | 'pgbouncer' | 'consumer';
+  target: Target;
   platform: Platform;
   /** The baseline it is compared with: its own platform's. */
   baseline: string;
+  /** The stores of BENCH_STORES any of which measures it: `postgres` unless said. */
+  measuredWith?: Store[];
 }
+type Target =
+  | 'empty'
+  | 'uncached'
+  | 'unbatched'
+  | 'large'
+  | 'fastify'
+  | 'peer'
+  | 'peer-fastify'
+  | 'pgbouncer'
+  | 'consumer'
+  | 'redis'
+  | 'redis-uncached'
+  | 'redis-fastify';
+/** Measured with either store: the rows the Redis rows are read beside (see MEASURED_STORES). */
+const WITH_EITHER: Store[] = ['postgres', 'redis'];
 
 /** Express's rows keep their names; another platform's are prefixed with it ("fastify: baseline @64"). */
 const id = (config: Pick<Config, 'name' | 'connections' | 'platform'>) =>
@@ -83,9 +117,19 @@ const id = (config: Pick<Config, 'name' | 'connections' | 'platform'>) =>
 const expressConfigs: Omit<Config, 'platform'>[] = [
   ...CONCURRENCY.flatMap((connections) => {
     const baseline = id({ name: 'baseline', connections, platform: 'express' });
+    // At 64 connections, the baseline and standard new keys are read beside the Redis rows too.
+    const measuredWith = connections === 64 ? WITH_EITHER : undefined;
     return [
-      { name: 'baseline', path: '/bench/baseline', connections, keys: 'none', target: 'empty', baseline },
-      { name: 'standard, new keys', path: '/bench/standard', connections, keys: 'new', target: 'empty', baseline },
+      { name: 'baseline', path: '/bench/baseline', connections, keys: 'none', target: 'empty', baseline, measuredWith },
+      {
+        name: 'standard, new keys',
+        path: '/bench/standard',
+        connections,
+        keys: 'new',
+        target: 'empty',
+        baseline,
+        measuredWith,
+      },
       {
         name: 'transactional, new keys',
         path: '/bench/transactional',
@@ -124,6 +168,7 @@ const expressConfigs: Omit<Config, 'platform'>[] = [
     keys: 'completed',
     target: 'empty',
     baseline: 'baseline @64',
+    measuredWith: WITH_EITHER,
   },
   {
     name: 'replays, from the database',
@@ -150,11 +195,11 @@ const expressConfigs: Omit<Config, 'platform'>[] = [
 const fastifyBaseline = id({ name: 'baseline', connections: 64, platform: 'fastify' });
 const fastifyConfigs: Config[] = (
   [
-    { name: 'baseline', path: '/bench/baseline', keys: 'none' },
-    { name: 'standard, new keys', path: '/bench/standard', keys: 'new' },
+    { name: 'baseline', path: '/bench/baseline', keys: 'none', measuredWith: WITH_EITHER },
+    { name: 'standard, new keys', path: '/bench/standard', keys: 'new', measuredWith: WITH_EITHER },
     { name: 'transactional, new keys', path: '/bench/transactional', keys: 'new' },
-    { name: 'replays', path: '/bench/standard', keys: 'completed' },
-  ] satisfies Pick<Config, 'name' | 'path' | 'keys'>[]
+    { name: 'replays', path: '/bench/standard', keys: 'completed', measuredWith: WITH_EITHER },
+  ] satisfies Pick<Config, 'name' | 'path' | 'keys' | 'measuredWith'>[]
 ).map((config) => ({
   ...config,
   connections: 64,
@@ -164,23 +209,39 @@ const fastifyConfigs: Config[] = (
 }));
 
 /**
- * The peer, `@node-idempotency/nestjs` on Redis, guarding the same charge insert on Express at 64 connections,
- * compared with the Express baseline: measured with Express's rows, skipped when Redis or its packages are not there.
+ * Ours on the Redis store and the peer, `@node-idempotency/nestjs` on the same Redis, each guarding the same charge
+ * insert on `platform` at 64 connections, compared with its baseline: new keys and replays (ours from the replay
+ * cache, and on Express also read from Redis, as an instance that has not seen the key). Each app's group is skipped
+ * when Redis, or its packages, are not there. The peer on Express is measured with either store (our replays on
+ * PostgreSQL have a target against it), the rest with the Redis rows.
  */
-export const PEER_NAME = 'peer @node-idempotency/nestjs (Redis)';
-const peerConfigs: Config[] = (
-  [
-    { name: `${PEER_NAME}, new keys`, keys: 'new' },
-    { name: `${PEER_NAME}, replays`, keys: 'completed' },
-  ] satisfies Pick<Config, 'name' | 'keys'>[]
-).map((config) => ({
-  ...config,
-  path: '/bench/peer',
-  connections: 64,
-  target: 'peer',
-  platform: 'express',
-  baseline: 'baseline @64',
-}));
+function redisConfigs(platform: Platform): Config[] {
+  const [ours, peer] =
+    platform === 'express' ? (['redis', 'peer'] as const) : (['redis-fastify', 'peer-fastify'] as const);
+  const rows: Pick<Config, 'name' | 'path' | 'keys' | 'target' | 'measuredWith'>[] = [
+    { name: REDIS_NEW_KEYS, path: '/bench/standard', keys: 'new', target: ours },
+    { name: REDIS_REPLAYS, path: '/bench/standard', keys: 'completed', target: ours },
+    ...(platform === 'express'
+      ? [
+          {
+            name: REDIS_REPLAYS_UNCACHED,
+            path: '/bench/standard',
+            keys: 'completed' as const,
+            target: 'redis-uncached' as const,
+          },
+        ]
+      : []),
+    { name: `${PEER_NAME}, new keys`, path: '/bench/peer', keys: 'new', target: peer },
+    { name: `${PEER_NAME}, replays`, path: '/bench/peer', keys: 'completed', target: peer },
+  ];
+  return rows.map((config) => ({
+    ...config,
+    connections: 64,
+    platform,
+    baseline: id({ name: 'baseline', connections: 64, platform }),
+    measuredWith: config.target === 'peer' ? WITH_EITHER : ['redis'],
+  }));
+}
 
 /**
  * The baseline and the new-key routes on Express through PgBouncer in transaction mode (`BENCH_PGBOUNCER_URL`, else
@@ -236,39 +297,31 @@ function consumersFromEnv(): 'on' | 'off' | 'only' {
 }
 const CONSUMERS = consumersFromEnv();
 
-const allConfigs: Config[] =
+if (CONSUMERS === 'only' && !MEASURED_STORES.includes('postgres'))
+  throw new Error(
+    'BENCH_CONSUMERS=only measures the consumer rows, which are on PostgreSQL: BENCH_STORES must list it',
+  );
+
+const allConfigs: Config[] = (
   CONSUMERS === 'only'
     ? consumerConfigs
     : [
         ...(MEASURED_PLATFORMS.includes('express')
           ? [
               ...expressConfigs.map((config) => ({ ...config, platform: 'express' as const })),
-              ...peerConfigs,
+              ...redisConfigs('express'),
               ...pgbouncerConfigs,
               ...(CONSUMERS === 'on' ? consumerConfigs : []),
             ]
           : []),
-        ...(MEASURED_PLATFORMS.includes('fastify') ? fastifyConfigs : []),
-      ];
-
-const REDIS_URL = new URL(process.env.BENCH_REDIS_URL ?? 'redis://127.0.0.1:6379');
+        ...(MEASURED_PLATFORMS.includes('fastify') ? [...fastifyConfigs, ...redisConfigs('fastify')] : []),
+      ]
+).filter((config) => (config.measuredWith ?? ['postgres']).some((store) => MEASURED_STORES.includes(store)));
 
 /** Why the peer rows cannot be measured (Redis not reachable, or its packages not loading), or undefined. */
 async function peerUnavailable(): Promise<string | undefined> {
-  const port = Number(REDIS_URL.port || 6379);
-  const reachable = await new Promise<string | undefined>((resolve) => {
-    const socket = connect({ host: REDIS_URL.hostname, port, timeout: 2000 });
-    socket.once('connect', () => {
-      socket.destroy();
-      resolve(undefined);
-    });
-    socket.once('timeout', () => {
-      socket.destroy();
-      resolve('timed out');
-    });
-    socket.once('error', (error) => resolve(error.message));
-  });
-  if (reachable) return `Redis not reachable at ${REDIS_URL.hostname}:${port} (${reachable})`;
+  const unreachable = await redisUnreachable();
+  if (unreachable) return unreachable;
   try {
     await import('@node-idempotency/nestjs');
     await import('@node-idempotency/storage-adapter-redis');
@@ -277,6 +330,25 @@ async function peerUnavailable(): Promise<string | undefined> {
   }
   return undefined;
 }
+
+/**
+ * The apps on Redis, in two groups, each skipped as one when it cannot run (Redis not reachable, the peer's packages
+ * not loading, or an app not starting): its rows are dropped, the rest of the run goes on, and the reason is printed
+ * and kept in `latest.json` (`peerSkipped`, `redisSkipped`).
+ */
+const REDIS_GROUPS = {
+  peer: { rows: `peer rows (${PEER_NAME})`, targets: ['peer', 'peer-fastify'], unavailable: peerUnavailable },
+  redis: {
+    rows: 'rows of ours on Redis',
+    targets: ['redis', 'redis-uncached', 'redis-fastify'],
+    unavailable: redisUnreachable,
+  },
+} satisfies Record<string, { rows: string; targets: Target[]; unavailable: () => Promise<string | undefined> }>;
+type RedisGroup = keyof typeof REDIS_GROUPS;
+const groupOf = (target: Target) =>
+  (Object.keys(REDIS_GROUPS) as RedisGroup[]).find((group) =>
+    (REDIS_GROUPS[group].targets as Target[]).includes(target),
+  );
 
 /** `url` (a database of the PostgreSQL server) reached through PgBouncer, whose wildcard entry forwards it by name. */
 function throughPgBouncer(url: string): string {
@@ -302,9 +374,12 @@ async function pgbouncerUnavailable(database: TestDatabase, embedded: boolean): 
   }
 }
 
-/** The replay keys of a configuration's app: `replay-<platform>-<n>`, or `replay-peer-<n>` for the peer's. */
-const replayPrefix = (config: Pick<Config, 'target' | 'platform'>) =>
-  config.target === 'peer' ? 'peer' : config.platform;
+/**
+ * The app that completes a replay row's keys (`replay-<app>-<n>`): the row's own, or, for an app without a replay
+ * cache, the app whose records it reads, as an instance that has not seen them would.
+ */
+const SEEDED_BY: Partial<Record<Target, Target>> = { uncached: 'empty', 'redis-uncached': 'redis' };
+const seederOf = (config: Pick<Config, 'target'>) => SEEDED_BY[config.target] ?? config.target;
 
 async function measure(
   app: RunningApp,
@@ -318,7 +393,7 @@ async function measure(
   const keyFor: Record<Keys, () => string | undefined> = {
     none: () => undefined,
     new: () => randomUUID(),
-    completed: () => `replay-${replayPrefix(config)}-${sent++ % REPLAY_KEYS}`,
+    completed: () => `replay-${seederOf(config)}-${sent++ % REPLAY_KEYS}`,
     one: () => oneKey,
   };
   const checkpointsBefore = await checkpoints();
@@ -409,9 +484,9 @@ async function measureConsumer(
 }
 
 /**
- * Completed keys for the replay configurations: the same body as the measured requests, so they replay. Each
- * platform's app completes its own keys (`replay-<platform>-<n>`), so that its replays come from its replay cache
- * and carry the outcomes it stored; the peer app its own (`replay-peer-<n>`, in Redis).
+ * Completed keys for the replay configurations: the same body as the measured requests, so they replay. Each app
+ * with replay rows completes its own keys (`replay-<app>-<n>`, see `seederOf`), so that its replays come from its
+ * replay cache and carry the outcomes it stored; the peer apps their own (in Redis).
  */
 async function seedReplayKeys(app: RunningApp, prefix: string, path = '/bench/standard'): Promise<void> {
   for (let i = 0; i < REPLAY_KEYS; i += 25) {
@@ -504,6 +579,28 @@ function meanOrNull(values: (number | null)[]): number | null {
   return known.length === 0 ? null : known.reduce((sum, value) => sum + value, 0) / known.length;
 }
 
+/**
+ * Ours on Redis against the peer on the same Redis, row by row at 64 connections, on each platform measured: their
+ * 2xx answers per second (as the targets compare them), side by side in this run.
+ */
+function printRedisRatios(results: BenchResult[]): void {
+  const lines = MEASURED_PLATFORMS.flatMap((platform) => {
+    const row = (name: string) => results.find((r) => r.config === id({ name, connections: 64, platform }));
+    const ratio = (ours: string, peer: string) => {
+      const [measured, compared] = [row(ours), row(`${PEER_NAME}, ${peer}`)];
+      return measured && compared ? `${successRatio(measured, compared).toFixed(2)}x` : '-';
+    };
+    if (!row(REDIS_NEW_KEYS) && !row(REDIS_REPLAYS)) return [];
+    const uncached = row(REDIS_REPLAYS_UNCACHED) ? `, ${ratio(REDIS_REPLAYS_UNCACHED, 'replays')} read from Redis` : '';
+    return [
+      `  ${platform}: new keys ${ratio(REDIS_NEW_KEYS, 'new keys')}, replays ${ratio(REDIS_REPLAYS, 'replays')}` +
+        ` from the replay cache${uncached}`,
+    ];
+  });
+  if (lines.length > 0)
+    console.log(`\nOurs on Redis ÷ the peer, 2xx answers per second at 64 connections:\n${lines.join('\n')}`);
+}
+
 function printTable(results: BenchResult[]): void {
   const rows = results.map((r) => [
     r.config,
@@ -549,16 +646,19 @@ const POOL_SIZE = 20;
 
 /**
  * Each app's pool: POOL_SIZE, or what the server can give each of the apps that reach it directly when that is less
- * (its max_connections, less the connections open now, 10 for PgBouncer's and the bench's own, and each app's batch
- * connections). The full bench runs five such apps, and PostgreSQL's default of 100 connections cannot give each 20:
- * the last to fill its pool was refused connections, answered 503, and measured that.
+ * (its max_connections, less the connections open now, 10 for PgBouncer's and the bench's own, and the batch
+ * connections of the apps on the PostgreSQL store). The full bench runs up to eleven such apps, and PostgreSQL's
+ * default of 100 connections cannot give each 20: the last to fill its pool was refused connections, answered 503,
+ * and measured that.
  */
-async function appPoolSize(db: TestDatabase, directApps: number): Promise<string> {
+async function appPoolSize(db: TestDatabase, directApps: number, batchingApps: number): Promise<string> {
   const [{ max, used }] = await db.query<{ max: number; used: number }>(
     "SELECT current_setting('max_connections')::int AS max, (SELECT count(*) FROM pg_stat_activity)::int AS used",
   );
-  // Each app's store opens its batches' own connections beside its pool (2 × maxInFlight).
-  const fitting = Math.floor((max - used - 10) / Math.max(1, directApps)) - 2 * DEFAULT_BATCH_LIMITS.maxInFlight;
+  // An app on the PostgreSQL store opens its batches' own connections beside its pool (2 × maxInFlight); an app on
+  // Redis (ours, the peer's) only its pool, for the charges.
+  const batches = batchingApps * 2 * DEFAULT_BATCH_LIMITS.maxInFlight;
+  const fitting = Math.floor((max - used - 10 - batches) / Math.max(1, directApps));
   if (fitting >= POOL_SIZE) return String(POOL_SIZE);
   if (fitting < 4)
     throw new Error(`The server has ${max - used} free connections of ${max}: too few for ${directApps} bench apps`);
@@ -577,15 +677,16 @@ async function main(): Promise<void> {
     process.env.DATABASE_URL = embedded.url;
   }
   let configs = allConfigs;
-  let peerSkipped: string | undefined;
-  const skipPeer = (reason: string) => {
-    peerSkipped = reason;
-    configs = configs.filter((config) => config.target !== 'peer');
-    console.log(`Skipping the peer rows (${PEER_NAME}): ${reason}`);
+  const redisSkipped: Partial<Record<RedisGroup, string>> = {};
+  const skipRedisGroup = (group: RedisGroup, reason: string) => {
+    redisSkipped[group] = reason;
+    configs = configs.filter((config) => groupOf(config.target) !== group);
+    console.log(`Skipping the ${REDIS_GROUPS[group].rows}: ${reason}`);
   };
-  if (configs.some((config) => config.target === 'peer')) {
-    const reason = await peerUnavailable();
-    if (reason) skipPeer(reason);
+  for (const group of Object.keys(REDIS_GROUPS) as RedisGroup[]) {
+    if (!configs.some((config) => groupOf(config.target) === group)) continue;
+    const reason = await REDIS_GROUPS[group].unavailable();
+    if (reason) skipRedisGroup(group, reason);
   }
   let consumersSkipped: string | undefined;
   if (configs.some((config) => config.target === 'consumer')) {
@@ -609,21 +710,34 @@ async function main(): Promise<void> {
       console.log(`Skipping the rows ${PGBOUNCER}: ${pgbouncerSkipped}`);
     }
   }
-  const poolSize = await appPoolSize(databases.empty, [...targets].filter((target) => target !== 'pgbouncer').length);
+  const direct = [...targets].filter((target) => target !== 'pgbouncer');
+  const poolSize = await appPoolSize(
+    databases.empty,
+    direct.length,
+    direct.filter((target) => groupOf(target) === undefined).length,
+  );
+  // The run's keys in Redis, each app's under its own name after the run's prefix, deleted at its end.
+  const redisPrefix = newRedisPrefix();
+  const onRedis = (app: string) => ({
+    DATABASE_URL: databases.empty.url,
+    BENCH_STORE: 'redis',
+    BENCH_REDIS_PREFIX: `${redisPrefix}${app}:`,
+  });
+  const peerEnv = (app: string) => ({ DATABASE_URL: databases.empty.url, BENCH_PEER_PREFIX: `${redisPrefix}${app}` });
   // Only the apps that the measured configurations need (BENCH_PLATFORMS=fastify needs the Fastify one alone).
-  const env: Record<Config['target'], () => Record<string, string>> = {
+  const env: Record<Target, () => Record<string, string>> = {
     empty: () => ({ DATABASE_URL: databases.empty.url }),
     uncached: () => ({ DATABASE_URL: databases.empty.url, BENCH_REPLAY_CACHE: 'off' }),
     unbatched: () => ({ DATABASE_URL: databases.empty.url, BENCH_BATCHING: 'off' }),
     large: () => ({ DATABASE_URL: (databases.large as TestDatabase).url }),
     fastify: () => ({ DATABASE_URL: databases.empty.url, BENCH_PLATFORM: 'fastify' }),
     pgbouncer: () => ({ DATABASE_URL: throughPgBouncer(databases.empty.url), BENCH_TRANSACTION_POOLER: 'on' }),
-    // This run's keys under a prefix of their own in Redis.
-    peer: () => ({
-      DATABASE_URL: databases.empty.url,
-      BENCH_REDIS_URL: REDIS_URL.href,
-      BENCH_PEER_PREFIX: `nest-idempotency-bench-${randomUUID()}`,
-    }),
+    peer: () => peerEnv('peer'),
+    'peer-fastify': () => ({ ...peerEnv('peer-fastify'), BENCH_PLATFORM: 'fastify' }),
+    redis: () => onRedis('redis'),
+    // The same records as the first (which completes the replays' keys), read without the replay cache.
+    'redis-uncached': () => ({ ...onRedis('redis'), BENCH_REPLAY_CACHE: 'off' }),
+    'redis-fastify': () => ({ ...onRedis('redis-fastify'), BENCH_PLATFORM: 'fastify' }),
     // The run's own quorum queue, made before the app consumes it.
     consumer: () => ({
       DATABASE_URL: databases.empty.url,
@@ -634,29 +748,42 @@ async function main(): Promise<void> {
   };
   const checkpoints = await checkpointCounter(databases.empty);
   const keepStatistics = await statisticsKeeper(Object.values(databases));
-  const apps: Partial<Record<Config['target'], RunningApp>> = {};
+  const apps: Partial<Record<Target, RunningApp>> = {};
+  /** An app on Redis was started (Redis was reachable): the run's keys are deleted at its end. */
+  let startedOnRedis = false;
   let queue: BenchQueue | undefined;
   try {
     if (targets.has('consumer')) queue = await openBenchQueue();
     for (const target of targets) {
-      // Every app gets the same pool (BENCH_POOL_SIZE).
-      const appEnv = { ...env[target](), BENCH_POOL_SIZE: poolSize };
+      const group = groupOf(target);
+      if (group && redisSkipped[group]) continue; // another app of its group did not start
+      // Every app gets the same pool (BENCH_POOL_SIZE); the bench app is on PostgreSQL unless its target says (not
+      // whatever BENCH_STORE the bench itself was run with).
+      const appEnv = { BENCH_STORE: 'postgres', ...env[target](), BENCH_POOL_SIZE: poolSize };
       if (target === 'consumer') apps.consumer = await spawnTypeScriptServer('bench/consumer-app.ts', appEnv);
-      else if (target !== 'peer') apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', appEnv);
+      else if (!group) apps[target] = await spawnTypeScriptServer('bench/bench-app.ts', appEnv);
       else
         try {
-          apps.peer = await spawnTypeScriptServer('bench/peer-app.ts', appEnv);
+          startedOnRedis = true;
+          apps[target] = await spawnTypeScriptServer(`bench/${group === 'peer' ? 'peer' : 'bench'}-app.ts`, appEnv);
         } catch (error) {
-          skipPeer(`the peer app did not start: ${(error as Error).message.split('\n').slice(0, 6).join(' ')}`);
+          const output = (error as Error).message.split('\n').slice(0, 6).join(' ');
+          skipRedisGroup(group, `the ${target} app did not start: ${output}`);
+          for (const started of REDIS_GROUPS[group].targets) {
+            await apps[started]?.close();
+            delete apps[started];
+          }
         }
     }
+    // Each replay row's keys, completed by the app that seeds them (see `seederOf`), on the row's route.
+    const seeding = new Map(
+      configs.filter((c) => c.keys === 'completed' && c.target !== 'consumer').map((c) => [seederOf(c), c.path]),
+    );
     const records = databases.large ? `${SCALE_RECORDS.toLocaleString('en')} records and ` : '';
-    if (apps.empty || apps.fastify || apps.peer)
-      console.log(`Seeding ${records}${REPLAY_KEYS} completed keys per platform…`);
+    if (databases.large || seeding.size > 0)
+      console.log(`Seeding ${records}${REPLAY_KEYS} completed keys for each of ${[...seeding.keys()].join(', ')}…`);
     if (databases.large) await seedLargeTable(databases.large);
-    if (apps.empty) await seedReplayKeys(apps.empty, 'express');
-    if (apps.fastify) await seedReplayKeys(apps.fastify, 'fastify');
-    if (apps.peer) await seedReplayKeys(apps.peer, 'peer', '/bench/peer');
+    for (const [target, path] of seeding) await seedReplayKeys(apps[target] as RunningApp, target, path);
     // A fresh process needs several seconds of full load before V8 has optimized its request path: an app whose
     // code is not optimized yet runs at a fraction of its speed, which would show as a cost of its table.
     // Each app warms up on its own new-key route at 64 connections, or the first one's (the same routes).
@@ -721,21 +848,27 @@ async function main(): Promise<void> {
         '\n',
     );
     printTable(results);
-    const peerRows = results.filter((result) => result.name.startsWith(PEER_NAME));
-    if (peerRows.length > 0) {
+    if (results.some((result) => result.platform === 'express' && result.name.startsWith(PEER_NAME))) {
       const ours = results.filter((r) => r.connections === 64 && r.platform === 'express' && r.name !== 'baseline');
       const ratio = (name: string) => ours.find((r) => r.name === name)?.ratio.toFixed(2) ?? '-';
       console.log(
         `\nBeside ours at 64 connections, vs the Express baseline: new keys ${ratio(`${PEER_NAME}, new keys`)}x for` +
-          ` the peer (Redis, not in the charge's transaction), ${ratio('standard, new keys')}x standard,` +
-          ` ${ratio('transactional, new keys')}x transactional (exactly-once); replays ${ratio(`${PEER_NAME}, replays`)}x` +
-          ` for the peer, ${ratio('replays')}x ours (replay cache), ${ratio('replays, from the database')}x ours from the database.`,
+          ` the peer (Redis, not in the charge's transaction), ${ratio(REDIS_NEW_KEYS)}x ours on Redis (the same),` +
+          ` ${ratio('standard, new keys')}x standard, ${ratio('transactional, new keys')}x transactional` +
+          ` (exactly-once); replays ${ratio(`${PEER_NAME}, replays`)}x for the peer, ${ratio(REDIS_REPLAYS)}x ours on` +
+          ` Redis (replay cache), ${ratio(REDIS_REPLAYS_UNCACHED)}x ours read from Redis, ${ratio('replays')}x ours` +
+          ` (replay cache), ${ratio('replays, from the database')}x ours from the database.`,
       );
-    } else if (peerSkipped) console.log(`\nPeer rows skipped: ${peerSkipped}`);
+    }
+    printRedisRatios(results);
+    for (const group of Object.keys(REDIS_GROUPS) as RedisGroup[])
+      if (redisSkipped[group]) console.log(`The ${REDIS_GROUPS[group].rows} skipped: ${redisSkipped[group]}`);
     if (pgbouncerSkipped) console.log(`Rows ${PGBOUNCER} skipped: ${pgbouncerSkipped}`);
     if (consumersSkipped) console.log(`${CONSUMER_NAME} rows skipped: ${consumersSkipped}`);
-    const targetChecks = checkTargets(results, peerSkipped);
-    console.log(`\nThe targets of issue #31, measured in this run:\n${formatTargets(targetChecks)}`);
+    const targetChecks = checkTargets(results, redisSkipped);
+    console.log(
+      `\nThe targets of issue #31 and of the Redis store's rows, measured in this run:\n${formatTargets(targetChecks)}`,
+    );
     const folder = fileURLToPath(new URL('./results/', import.meta.url));
     mkdirSync(folder, { recursive: true });
     const run = {
@@ -744,7 +877,9 @@ async function main(): Promise<void> {
       rounds: ROUNDS,
       scaleRecords: SCALE_RECORDS,
       platforms: MEASURED_PLATFORMS,
-      peerSkipped: peerSkipped ?? null,
+      stores: MEASURED_STORES,
+      peerSkipped: redisSkipped.peer ?? null,
+      redisSkipped: redisSkipped.redis ?? null,
       pgbouncerSkipped: pgbouncerSkipped ?? null,
       consumersSkipped: consumersSkipped ?? null,
       consumerMessages: CONSUMER_MESSAGES,
@@ -756,6 +891,11 @@ async function main(): Promise<void> {
     console.log(`\nWrote ${join(folder, 'latest.json')} and ${join(folder, 'latest.svg')}`);
   } finally {
     await Promise.all(Object.values(apps).map((app) => app.close()));
+    if (startedOnRedis)
+      await deleteRedisKeys(redisPrefix).then(
+        (deleted) => console.log(`Deleted the run's ${deleted} keys in Redis (${redisPrefix}*)`),
+        (error: unknown) => console.log(`The run's keys in Redis (${redisPrefix}*) not deleted: ${String(error)}`),
+      );
     await queue?.delete();
     await Promise.all(Object.values(databases).map((db) => db?.drop()));
     await embedded?.stop();

@@ -1,6 +1,9 @@
-import type { BenchResult } from './bench-result.js';
+import { type BenchResult, PEER_NAME, REDIS_NEW_KEYS, REDIS_REPLAYS, REDIS_REPLAYS_UNCACHED } from './bench-result.js';
 
-/** One target of issue #31, as measured in one run: met, missed, or not measured here (and why). */
+/**
+ * One target of issue #31 or of the Redis store's rows, as measured in one run: met, missed, or not measured here
+ * (and why).
+ */
 export interface TargetCheck {
   target: string;
   outcome: 'met' | 'not met' | 'not measured';
@@ -18,11 +21,17 @@ function successesPerSecond(result: BenchResult): number {
   return total === 0 ? 0 : (result.requestsPerSecond * successes) / total;
 }
 
+/** `measured`'s 2xx answers per second over `compared`'s: how two rows of one run compare. */
+export function successRatio(measured: BenchResult, compared: BenchResult): number {
+  return successesPerSecond(measured) / successesPerSecond(compared);
+}
+
 /**
- * The targets of issue #31 checked against one run's rows: each ratio is of two rows measured side by side in that
- * run (absolute numbers move with the shared machine's load). `peerSkipped` says why the peer rows are missing.
+ * The targets of issue #31 and of the Redis store's rows checked against one run's rows: each ratio is of two rows
+ * measured side by side in that run (absolute numbers move with the shared machine's load). `skipped` says why the
+ * peer's rows, or ours on Redis, are missing.
  */
-export function checkTargets(results: BenchResult[], peerSkipped: string | undefined): TargetCheck[] {
+export function checkTargets(results: BenchResult[], skipped: { peer?: string; redis?: string } = {}): TargetCheck[] {
   const row = (config: string) => results.find((result) => result.config === config);
   const checks: TargetCheck[] = [];
   /** `config`'s ratio to its baseline against `minimum`, or why it was not measured. */
@@ -38,19 +47,28 @@ export function checkTargets(results: BenchResult[], peerSkipped: string | undef
         : { target, outcome: 'not measured', measured: `${config} was not measured in this run` },
     );
   };
-  /** `config`'s 2xx answers per second against `other`'s, at least `minimum` times them. */
-  const against = (target: string, config: string, other: string, minimum: number, otherMissing?: string) => {
+  /**
+   * `config`'s 2xx answers per second against `other`'s, at least `minimum` times them; `why` says why either row may
+   * be missing (its app skipped).
+   */
+  const against = (
+    target: string,
+    config: string,
+    other: string,
+    minimum: number,
+    why: { config?: string; other?: string } = {},
+  ) => {
     const [measured, compared] = [row(config), row(other)];
     if (!measured || !compared) {
-      const missing = !measured ? config : other;
+      const [missing, reason] = !measured ? [config, why.config] : [other, why.other];
       checks.push({
         target,
         outcome: 'not measured',
-        measured: `${missing} was not measured in this run${otherMissing && !compared ? ` (${otherMissing})` : ''}`,
+        measured: `${missing} was not measured in this run${reason ? ` (${reason})` : ''}`,
       });
       return;
     }
-    const ratio = successesPerSecond(measured) / successesPerSecond(compared);
+    const ratio = successRatio(measured, compared);
     checks.push({
       target,
       outcome: ratio >= minimum ? 'met' : 'not met',
@@ -75,12 +93,36 @@ export function checkTargets(results: BenchResult[], peerSkipped: string | undef
           measured: `standard, new keys @64: ${standard.roundTripsPerRequest.toFixed(2)} statements per request`,
         },
   );
+  against("replays >= the peer's (Express)", 'replays @64', `${PEER_NAME}, replays @64`, 1, { other: skipped.peer });
+  // Ours on Redis against the peer on the same Redis, on each platform: new keys, replays from the replay cache, and
+  // on Express replays read from Redis (one script, where the peer sends two commands).
+  const onRedis = { config: skipped.redis, other: skipped.peer };
+  for (const [prefix, platform] of [
+    ['', 'Express'],
+    ['fastify: ', 'Fastify'],
+  ]) {
+    const peer = (rows: string) => `${prefix}${PEER_NAME}, ${rows} @64`;
+    against(
+      `on Redis, new keys >= the peer's (${platform})`,
+      `${prefix}${REDIS_NEW_KEYS} @64`,
+      peer('new keys'),
+      1,
+      onRedis,
+    );
+    against(
+      `on Redis, replays >= the peer's (${platform})`,
+      `${prefix}${REDIS_REPLAYS} @64`,
+      peer('replays'),
+      1,
+      onRedis,
+    );
+  }
   against(
-    "replays >= the peer's (Express)",
-    'replays @64',
-    'peer @node-idempotency/nestjs (Redis), replays @64',
+    "on Redis, replays read from Redis >= the peer's (Express)",
+    `${REDIS_REPLAYS_UNCACHED} @64`,
+    `${PEER_NAME}, replays @64`,
     1,
-    peerSkipped,
+    onRedis,
   );
   atLeast('replays >= 3x the baseline on Fastify', 'fastify: replays @64', 3);
   const large = results.find(

@@ -10,7 +10,7 @@ interface OutcomeWait extends PolledWait {
 
 /**
  * Waits for in-flight outcomes on Redis pub/sub: one subscriber connection of its own (a duplicate of the
- * application's client), subscribed to the store's channel on the first wait, on which the scripts publish the digest
+ * application's client), subscribed to the store's channel on the first wait, on which the scripts publish the key
  * of each awaited record they complete or release. ioredis reconnects it and subscribes again; what was published
  * meanwhile is missed, so every wait is woken once it is back (its attempt claims again). While it is not subscribed
  * (not yet, lost, or refused by a server without pub/sub), a wait whose record was found held polls the record instead.
@@ -34,11 +34,11 @@ export class OutcomeSubscription {
 
   wait(
     scope: IdempotencyScope,
-    digest: string,
+    key: string,
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
     this.needed = true;
-    const { changed, cancel } = this.waits.start(digest, timeoutMs, (control) => ({
+    const { changed, cancel } = this.waits.start(key, timeoutMs, (control) => ({
       ...polledWait(this.isHeld, scope, control),
       wake: control.end,
     }));
@@ -50,10 +50,10 @@ export class OutcomeSubscription {
     return { changed, listening, cancel };
   }
 
-  /** The record of `digest` was found held and marked awaited: its waits poll it unless a message will tell them. */
-  awaited(digest: string): void {
+  /** The record at `key` was found held and marked awaited: its waits poll it unless a message will tell them. */
+  awaited(key: string): void {
     if (this.subscribed) return;
-    for (const wait of this.waits.on(digest)) wait.poll();
+    for (const wait of this.waits.on(key)) wait.poll();
   }
 
   /**
@@ -100,9 +100,9 @@ export class OutcomeSubscription {
   private subscriberConnection(): RedisClient {
     if (this.subscriber) return this.subscriber;
     const subscriber = (this.subscriber = this.client.duplicate());
-    subscriber.on('message', (channel: string, digest: string) => {
+    subscriber.on('message', (channel: string, key: string) => {
       if (channel !== this.channel) return;
-      for (const wait of this.waits.on(digest)) wait.wake();
+      for (const wait of this.waits.on(key)) wait.wake();
     });
     subscriber.on('error', () => undefined); // its state is read from `close` and `ready`; the client reconnects
     subscriber.on('close', () => {

@@ -62,7 +62,7 @@ return 1
 
 /**
  * The outcome stored by the claim's holder, its TTL counted from now; the waiters told when it was awaited. ARGV:
- * attempt, ttl (ms), status, headers, body, channel, digest. Returns 1, or 0 when not held.
+ * attempt, ttl (ms), status, headers, body, channel, the record's key (the message). Returns 1, or 0 when not held.
  */
 const COMPLETE = `${NOW}
 local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
@@ -75,7 +75,7 @@ if r[4] == '1' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return 1
 `;
 
-/** The claim deleted by its holder; the waiters told. ARGV: attempt, channel, digest. Returns 1, or 0 when not held. */
+/** The claim deleted by its holder; the waiters told. ARGV: attempt, channel, key (the message). Returns 1 or 0 (not held). */
 const RELEASE = `${NOW}
 local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
 if not (${HELD_BY_ATTEMPT}) then return 0 end

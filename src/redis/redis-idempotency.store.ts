@@ -116,31 +116,30 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     transaction?: StoreTransaction,
   ): Promise<boolean> {
     if (transaction !== undefined) throw this.noTransactions();
-    const completed = await RECORD_SCRIPTS.complete.run(this.client, this.keyOf(scope), [
+    const key = this.keyOf(scope);
+    const completed = await RECORD_SCRIPTS.complete.run(this.client, key, [
       attempt,
       milliseconds(ttlSeconds),
       response.status,
       JSON.stringify(response.headers),
       response.body,
       this.channel,
-      this.digestOf(scope),
+      key,
     ]);
     return completed === 1;
   }
 
   async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
-    const released = await RECORD_SCRIPTS.release.run(this.client, this.keyOf(scope), [
-      attempt,
-      this.channel,
-      this.digestOf(scope),
-    ]);
+    const key = this.keyOf(scope);
+    const released = await RECORD_SCRIPTS.release.run(this.client, key, [attempt, this.channel, key]);
     return released === 1;
   }
 
   async markAwaited(scope: IdempotencyScope): Promise<boolean> {
     if (this.outcomeWaits instanceof RecordPolling) return this.outcomeWaits.markAwaited(scope);
-    const marked = (await RECORD_SCRIPTS.markAwaited.run(this.client, this.keyOf(scope), [])) === 1;
-    if (marked) this.outcomeWaits.awaited(this.digestOf(scope));
+    const key = this.keyOf(scope);
+    const marked = (await RECORD_SCRIPTS.markAwaited.run(this.client, key, [])) === 1;
+    if (marked) this.outcomeWaits.awaited(key);
     return marked;
   }
 
@@ -149,7 +148,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     timeoutMs: number,
   ): { changed: Promise<void>; listening: Promise<void>; cancel(): void } {
     if (this.outcomeWaits instanceof RecordPolling) return this.outcomeWaits.wait(scope, timeoutMs);
-    return this.outcomeWaits.wait(scope, this.digestOf(scope), timeoutMs);
+    return this.outcomeWaits.wait(scope, this.keyOf(scope), timeoutMs);
   }
 
   /** Refused: the module refuses transactional handlers on this store at start-up, so only a misuse gets here. */
@@ -186,13 +185,8 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   /** The record's key: its scope's digest is its hash tag, so that all a record's keys share one cluster slot. */
   keyOf(scope: IdempotencyScope): string {
-    return `${this.prefix}{${this.digestOf(scope)}}`;
-  }
-
-  private digestOf(scope: IdempotencyScope): string {
-    return createHash('sha256')
-      .update(JSON.stringify([scope.account, scope.endpoint, scope.key]))
-      .digest('hex');
+    const digest = createHash('sha256').update(JSON.stringify([scope.account, scope.endpoint, scope.key]));
+    return `${this.prefix}{${digest.digest('hex')}}`;
   }
 
   private noTransactions(): IdempotencySetupError {
