@@ -21,7 +21,7 @@ import { InjectDataSource } from '@nestjs/typeorm';
 import { catchError, from, map, throwError, timeout, TimeoutError } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { Idempotent } from '../../src/index.js';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { GateQueue } from '../support/gate.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -34,7 +34,9 @@ import {
 } from '../support/platforms.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
 import { useTestDatabase } from '../support/test-database.js';
-import { useTestApp } from '../support/test-app.js';
+import { describeOnStores, onPostgresOnly } from '../support/on-each-store.js';
+import { describeWith } from '../support/required-service.js';
+import { modesOn, recordsOf, recordsOn, type StandardStore, useTestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 import {
   CHECKED_AT_COMMIT,
@@ -93,12 +95,21 @@ class GatedPipe implements PipeTransform {
   }
 }
 
+/** What a `/work` handler does once past its gate: a row of its own, through `manager`, then as `body` says. */
+async function afterGate(body: WorkBody | undefined, manager: DataSource['manager'], idempotency: IdempotencyContext) {
+  const key = idempotency.run!.scope.key;
+  const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [key]);
+  if (body?.then === 'decline') throw new HttpException({ error: 'card_declined' }, 402);
+  if (body?.then === 'fail') throw new Error('the handler failed after its timeout');
+  return { id };
+}
+
 @Controller('work')
 @UseInterceptors(ControllerTimeout)
 class WorkController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly context: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
   ) {}
 
   /** Standard mode: waits at its gate, then commits a row of its own and answers with it. */
@@ -106,15 +117,7 @@ class WorkController {
   @Idempotent()
   async standard(@Body() body: WorkBody, @Req() req: Request) {
     await passGate(req);
-    return this.afterGate(body, this.dataSource.manager);
-  }
-
-  /** Transactional mode: the same, in the request's transaction. */
-  @Post('transactional')
-  @Idempotent({ transactional: true })
-  async transactional(@Body() body: WorkBody, @Req() req: Request) {
-    await passGate(req);
-    return this.afterGate(body, this.context.manager!);
+    return afterGate(body, this.dataSource.manager, this.idempotency);
   }
 
   /** A pipe that outlasts the timeout: the handler must then never run, its request's claim being gone. */
@@ -124,13 +127,23 @@ class WorkController {
     piped.runs += 1;
     return { ran: true };
   }
+}
 
-  private async afterGate(body: WorkBody | undefined, manager: DataSource['manager']) {
-    const key = this.context.run!.key;
-    const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [key]);
-    if (body?.then === 'decline') throw new HttpException({ error: 'card_declined' }, 402);
-    if (body?.then === 'fail') throw new Error('the handler failed after its timeout');
-    return { id };
+/** Its transactional route, apart: the Redis store refuses to start with one. */
+@Controller('work')
+@UseInterceptors(ControllerTimeout)
+class TransactionalWorkController {
+  constructor(
+    private readonly context: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  /** Transactional mode: the same, in the request's transaction. */
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  async transactional(@Body() body: WorkBody, @Req() req: Request) {
+    await passGate(req);
+    return afterGate(body, this.context.manager!, this.idempotency);
   }
 }
 
@@ -294,388 +307,416 @@ const db = useTestDatabase(
 const proxy = useTcpProxy(db);
 
 const rowsOf = (key: string) => workRowsOf(db, key);
-const recordOf = async (key: string) =>
-  (
-    await db.query<{ status: string; response_status: number | null; locked_until: Date | null }>(
-      'SELECT status, response_status, locked_until FROM idempotency_records WHERE idempotency_key = $1',
-      [key],
-    )
-  )[0];
 
-describe.each(PLATFORMS)('on %s', (platform) => {
-  /** What the application of this platform logs. */
-  const logger = new RecordingLogger();
-
-  beforeAll(async () => {
-    // Each platform's app starts from the same balance (the hung handler's test takes one from it).
-    await db.query('INSERT INTO balances VALUES (1, 100) ON CONFLICT (id) DO UPDATE SET amount = 100');
-  });
-  const server = useTestApp(
-    () => ({
-      platform,
-      database: { url: proxy.urlFor(db.url) },
-      pool: { connectionTimeoutMillis: 1000 },
-      // A short lease: a claim that is not renewed while its handler runs lapses within the test.
-      idempotency: { accountResolver: () => 'acct', leaseSeconds: 0.6, storeTimeoutSeconds: 2, finalizeRetries: 3 },
-      controllers: [
+/** The controllers of the store's modes: transactional ones on PostgreSQL alone. */
+const controllersOn = (store: StandardStore) =>
+  store === 'postgres'
+    ? [
         WorkController,
+        TransactionalWorkController,
         OwnAnswerController,
         AfterTimeoutController,
         InheritsMarkController,
         FlushesController,
-      ],
-      providers: [GatedPipe],
-      logger,
-      // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
-      configure: (app) => app.useGlobalInterceptors(new TransformInterceptor(), new GlobalTimeout()),
-    }),
-    // A failed test may leave a handler at its gate, or the database down: the server cannot close before it answers.
-    () => {
-      proxy.bringUp();
-      gates.releaseAll();
-    },
-  );
+      ]
+    : [WorkController, FlushesController];
 
-  const post = (path: string, key: string, body: object = {}) =>
-    request(server.url).post(path).set('Idempotency-Key', key).send(body);
+describeOnStores('records on %s', (store) => {
+  describe.each(PLATFORMS)('on %s', (platform) => {
+    /** What the application of this platform logs. */
+    const logger = new RecordingLogger();
 
-  describe("a timeout interceptor inside the module's (the handler runs on after it answered)", () => {
-    const placements = [
-      ['on the controller (@UseInterceptors)', 'x-controller-timeout-ms', 504],
-      ['app-wide (useGlobalInterceptors)', 'x-global-timeout-ms', 408],
-    ] as const;
-    const cases = placements.flatMap(([placement, header, status]) =>
-      (['standard', 'transactional'] as const).map((mode) => [placement, mode, header, status] as const),
-    );
-
-    it.each(cases)(
-      '%s, %s mode: the claim is held and renewed until the handler is done; its outcome, not the timeout, is replayed',
-      async (_placement, mode, header, status) => {
-        const key = randomUUID();
-        const gate = holdNext();
-        const timedOut = await post(`/work/${mode}`, key).set(header, '100');
-        expect(timedOut.status).toBe(status);
-        expect(timedOut.body).toMatchObject({ statusCode: status });
-        await gate.reached;
-
-        // The handler still runs: its claim is held (a retry is refused, not run beside it) and renewed past its lease.
-        const held = await recordOf(key);
-        expect(held).toMatchObject({ status: 'in_progress' });
-        await post(`/work/${mode}`, key).expect(409);
-        await waitFor(
-          async () => ((await recordOf(key)).locked_until! > held.locked_until! ? true : undefined),
-          'the lease to be renewed',
-        );
-        await waitFor(
-          async () =>
-            (await db.query<{ late: boolean }>('SELECT now() > $1::timestamptz AS late', [held.locked_until]))[0].late
-              ? true
-              : undefined,
-          'the first lease to have lapsed',
-        );
-        await post(`/work/${mode}`, key).expect(409);
-
-        gate.release();
-        const replay = await expectReplayOfOneRun(db, key, () => post(`/work/${mode}`, key));
-        expect(replay.headers['content-type']).toBe('application/json; charset=utf-8');
-        await expect(rowsOf(key)).resolves.toHaveLength(1);
+    beforeAll(async () => {
+      // Each platform's app starts from the same balance (the hung handler's test takes one from it).
+      await db.query('INSERT INTO balances VALUES (1, 100) ON CONFLICT (id) DO UPDATE SET amount = 100');
+    });
+    const server = useTestApp(
+      () => ({
+        ...recordsOn(store),
+        platform,
+        database: { url: proxy.urlFor(db.url) },
+        pool: { connectionTimeoutMillis: 1000 },
+        // A short lease: a claim that is not renewed while its handler runs lapses within the test.
+        idempotency: { accountResolver: () => 'acct', leaseSeconds: 0.6, storeTimeoutSeconds: 2, finalizeRetries: 3 },
+        controllers: controllersOn(store),
+        providers: [GatedPipe],
+        logger,
+        // Nest places global interceptors after APP_INTERCEPTOR ones: this one runs inside the module's.
+        configure: (app) => app.useGlobalInterceptors(new TransformInterceptor(), new GlobalTimeout()),
+      }),
+      // A failed test may leave a handler at its gate, or the database down: the server cannot close before it answers.
+      () => {
+        proxy.bringUp();
+        gates.releaseAll();
       },
     );
 
-    it.each(['standard', 'transactional'] as const)(
-      '%s mode: an error the handler throws after the timeout is not stored (no exception filter rendered it): the claim is released',
+    const records = recordsOf(server, db);
+    const recordOf = (key: string) => records.of(key);
+    const post = (path: string, key: string, body: object = {}) =>
+      request(server.url).post(path).set('Idempotency-Key', key).send(body);
+
+    describe("a timeout interceptor inside the module's (the handler runs on after it answered)", () => {
+      const placements = [
+        ['on the controller (@UseInterceptors)', 'x-controller-timeout-ms', 504],
+        ['app-wide (useGlobalInterceptors)', 'x-global-timeout-ms', 408],
+      ] as const;
+      const cases = placements.flatMap(([placement, header, status]) =>
+        modesOn(store).map((mode) => [placement, mode, header, status] as const),
+      );
+
+      it.each(cases)(
+        '%s, %s mode: the claim is held and renewed until the handler is done; its outcome, not the timeout, is replayed',
+        async (_placement, mode, header, status) => {
+          const key = randomUUID();
+          const gate = holdNext();
+          const timedOut = await post(`/work/${mode}`, key).set(header, '100');
+          expect(timedOut.status).toBe(status);
+          expect(timedOut.body).toMatchObject({ statusCode: status });
+          await gate.reached;
+
+          // The handler still runs: its claim is held (a retry is refused, not run beside it) and renewed past its lease.
+          const held = (await recordOf(key))!;
+          expect(held).toMatchObject({ status: 'in_progress' });
+          await post(`/work/${mode}`, key).expect(409);
+          await waitFor(
+            async () => ((await recordOf(key))!.leaseUntil! > held.leaseUntil! ? true : undefined),
+            'the lease to be renewed',
+          );
+          await waitFor(
+            async () => ((await recordOf(key))!.readAt > held.leaseUntil! ? true : undefined),
+            'the first lease to have lapsed',
+          );
+          await post(`/work/${mode}`, key).expect(409);
+
+          gate.release();
+          const replay = await expectReplayOfOneRun(records, key, () => post(`/work/${mode}`, key));
+          expect(replay.headers['content-type']).toBe('application/json; charset=utf-8');
+          await expect(rowsOf(key)).resolves.toHaveLength(1);
+        },
+      );
+
+      it.each(modesOn(store))(
+        '%s mode: an error the handler throws after the timeout is not stored (no exception filter rendered it): the claim is released',
+        async (mode) => {
+          const key = randomUUID();
+          const gate = holdNext();
+          await post(`/work/${mode}`, key, { then: 'decline' }).set('x-controller-timeout-ms', '100').expect(504);
+          await gate.reached;
+          await post(`/work/${mode}`, key, { then: 'decline' }).expect(409);
+          gate.release();
+          await waitFor(
+            async () => ((await recordOf(key)) === undefined ? true : undefined),
+            'the claim to be released',
+          );
+          // Transactional: the write rolled back. Standard: a write the handler committed before it threw stands.
+          await expect(rowsOf(key)).resolves.toHaveLength(mode === 'standard' ? 1 : 0);
+          const retry = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
+          expect(retry.body).toEqual({ error: 'card_declined' });
+          expect(retry.headers['idempotent-replay']).toBeUndefined();
+        },
+      );
+
+      (store === 'postgres' ? it : it.skip)(
+        "an unexpected error after the timeout releases the claim once the handler is done, and a retry runs (transactional: PostgreSQL's alone)",
+        async () => {
+          const key = randomUUID();
+          const gate = holdNext();
+          await post('/work/transactional', key, { then: 'fail' }).set('x-global-timeout-ms', '100').expect(408);
+          await gate.reached;
+          await post('/work/transactional', key, { then: 'fail' }).expect(409);
+          gate.release();
+          await waitFor(
+            async () => ((await recordOf(key)) === undefined ? true : undefined),
+            'the claim to be released',
+          );
+          await expect(rowsOf(key)).resolves.toEqual([]);
+          const retry = await post('/work/transactional', key).expect(201);
+          expect(retry.headers['idempotent-replay']).toBeUndefined();
+        },
+      );
+
+      it('a handler whose pipe outlasted the timeout never runs: its claim was released with the answer', async () => {
+        const key = randomUUID();
+        const gate = holdNext();
+        const runsBefore = piped.runs;
+        await post('/work/slow-pipe', key).set('x-controller-timeout-ms', '100').expect(504);
+        await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+        gate.release();
+        await waitFor(
+          async () => (logger.errors.includes(LATE_INVOCATION_REFUSED) ? true : undefined),
+          'the late invocation to be refused',
+        );
+        expect(piped.runs).toBe(runsBefore);
+      });
+    });
+
+    describeWith(onPostgresOnly(store, 'transactional mode'), 'never a success for work that did not commit', () => {
+      it('a handler that writes its own 201 (writeHead, end) whose commit fails: the client gets 503, not the 201', async () => {
+        const key = randomUUID();
+        const response = await post('/own-answer/write-head', key).expect(503);
+        expect((response as unknown as { res: IncomingMessage }).res.statusMessage).toBe('Service Unavailable');
+        await expectRefusedKeepingNothing(db, key, response);
+      });
+
+      it('a streamed answer whose commit fails: the connection is cut before the response completes', async () => {
+        const key = randomUUID();
+        const outcome = await new Promise<string>((resolve) => {
+          const client = httpRequest(`${server.url}/own-answer/streamed`, {
+            method: 'POST',
+            headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
+          });
+          client.on('error', (error) => resolve(`error: ${error.message}`));
+          client.on('response', (response) => {
+            let body = '';
+            response.on('data', (chunk: Buffer) => (body += chunk.toString()));
+            response.on('aborted', () => resolve('aborted'));
+            response.on('error', (error) => resolve(`error: ${error.message}`));
+            response.on('end', () => resolve(`completed ${response.statusCode}: ${body}`));
+          });
+          client.end('{}');
+        });
+        expect(outcome).not.toMatch(/^completed/);
+        await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
+        await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
+      });
+    });
+
+    describeWith(
+      onPostgresOnly(store, 'transactional mode'),
+      'a database connection lost under a transactional handler',
+      () => {
+        it('answers 503 idempotency_store_unavailable with Retry-After, not 500; nothing committed, and the retry runs once', async () => {
+          const key = randomUUID();
+          const gate = holdNext();
+          const answer = post('/own-answer/queries-after-gate', key).then((response) => response);
+          await gate.reached;
+          proxy.takeDown();
+          gate.release();
+          const refused = await answer;
+          expect(refused.status).toBe(503);
+          expect(refused.body).toMatchObject({ error: 'idempotency_store_unavailable' });
+          expect(refused.headers['retry-after']).toBe('2');
+          proxy.bringUp();
+          await expect(rowsOf(key)).resolves.toEqual([]);
+          const retry = await waitFor(async () => {
+            const response = await post('/own-answer/queries-after-gate', key);
+            return response.status === 409 || response.status === 503 ? undefined : response;
+          }, 'a retry to run');
+          expect(retry.status).toBe(201);
+          await expect(rowsOf(key)).resolves.toHaveLength(2);
+        });
+      },
+    );
+
+    describeWith(
+      onPostgresOnly(store, 'transactional mode'),
+      'handlers that run on after a timeout answered for them (review findings)',
+      () => {
+        /** Sends a request that a timeout inside the module answers (504) while its handler waits at its gate. */
+        async function timedOut(path: string, key: string, headers: Record<string, string> = {}) {
+          const gate = holdNext();
+          const answer = post(path, key).set({ 'x-controller-timeout-ms': '100', ...headers });
+          await expect(answer).resolves.toMatchObject({ status: 504 });
+          await gate.reached;
+          await post(path, key).set(headers).expect(409);
+          gate.release();
+        }
+        const completed = (key: string) => outcomeStored(records, key);
+
+        it('a value that cannot be stored (a file) is rolled back and released: its retry runs on a clean slate', async () => {
+          const key = randomUUID();
+          await timedOut('/after-timeout/file', key);
+          await waitFor(
+            async () => ((await recordOf(key)) === undefined ? true : undefined),
+            'the claim to be released',
+          );
+          await expect(rowsOf(key)).resolves.toEqual([]);
+        });
+
+        it('a handler that sets a header after the answer went out still completes, and is replayed', async () => {
+          const key = randomUUID();
+          await timedOut('/after-timeout/sets-header', key);
+          await completed(key);
+          const [row] = await rowsOf(key);
+          const replay = await post('/after-timeout/sets-header', key).expect(201);
+          expect(replay.body).toEqual({ id: row.id });
+          await expect(rowsOf(key)).resolves.toHaveLength(1);
+        });
+
+        it('an Observable handler over a promise runs to its end: its outcome is stored, not the timeout', async () => {
+          const key = randomUUID();
+          await timedOut('/after-timeout/observable', key);
+          await expectOneRunReplayed(records, key, () => post('/after-timeout/observable', key));
+        });
+
+        it('the stored outcome is the value as the interceptors inside the module shape it (no secret leaks)', async () => {
+          const key = randomUUID();
+          await timedOut('/after-timeout/user', key, { 'x-transform': 'yes' });
+          await completed(key);
+          const [row] = await rowsOf(key);
+          const replay = await post('/after-timeout/user', key).set('x-transform', 'yes').expect(201);
+          expect(replay.text).toBe(JSON.stringify({ data: { id: row.id, email: 'a@example.com' } }));
+        });
+
+        it('a controller that inherits its mark from a base class: its own routes hold the claim too', async () => {
+          const key = randomUUID();
+          await timedOut('/inherits-mark/own', key);
+          await expectOneRunReplayed(records, key, () => post('/inherits-mark/own', key));
+        });
+
+        it("a task the handler leaves behind calls another route's method plainly, outside the request", async () => {
+          const key = randomUUID();
+          const controller = server.app.get(AfterTimeoutController);
+          const before = controller.background.runs;
+          const refusals = () => logger.errors.filter((error) => error === LATE_INVOCATION_REFUSED).length;
+          const refusalsBefore = refusals();
+          await post('/after-timeout/leaves-a-task', key).expect(201);
+          await waitFor(
+            async () => (controller.background.runs > before ? true : undefined),
+            'the background task to run',
+          );
+          expect(refusals()).toBe(refusalsBefore);
+        });
+
+        it('a transactional handler hung past maxHoldSeconds loses its transaction, so its row lock does not block the retry', async () => {
+          const key = randomUUID();
+          const gate = holdNext();
+          const hung = post('/after-timeout/hung-with-lock', key).then((response) => response);
+          await gate.reached;
+          const retry = await waitFor(async () => {
+            const response = await post('/after-timeout/hung-with-lock', key).timeout(5_000);
+            return response.status === 409 ? undefined : response;
+          }, 'the retry to take the key over');
+          expect(retry.status).toBe(201);
+          gate.release();
+          expect((await hung).status).toBe(409);
+          await expect(db.query('SELECT amount FROM balances WHERE id = 1')).resolves.toEqual([{ amount: 99 }]);
+        });
+      },
+    );
+
+    describe('a route that flushes its head (long polling)', () => {
+      it('sends the head at once, before its handler is done', async () => {
+        const gate = holdNext();
+        const client = httpRequest(`${server.url}/flushes`, {
+          method: 'POST',
+          headers: { 'Idempotency-Key': randomUUID() },
+        });
+        const response = new Promise<IncomingMessage>((resolve, reject) =>
+          client.on('response', resolve).on('error', reject),
+        );
+        client.end();
+        await gate.reached;
+        await expect(response).resolves.toMatchObject({ statusCode: 200 });
+        gate.release();
+        const body = await response.then(
+          (message) =>
+            new Promise<string>((resolve) => {
+              let text = '';
+              message.on('data', (chunk: Buffer) => (text += chunk.toString())).on('end', () => resolve(text));
+            }),
+        );
+        expect(body).toBe('done');
+      });
+    });
+  });
+
+  describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify itself", () => {
+    const logger = new RecordingLogger();
+    /** The gate the next request's accountResolver waits at: the claim is not made yet when Fastify answers. */
+    const accountGates = new GateQueue();
+
+    const server = useTestApp(
+      () => ({
+        ...recordsOn(store),
+        platform: 'fastify',
+        fastify: { handlerTimeout: 300 },
+        database: db,
+        idempotency: {
+          accountResolver: async () => {
+            await accountGates.pass();
+            return 'acct';
+          },
+          leaseSeconds: 0.6,
+          storeTimeoutSeconds: 2,
+          inFlight: 'wait',
+          inFlightWaitSeconds: 3,
+        },
+        controllers: store === 'postgres' ? [WorkController, TransactionalWorkController] : [WorkController],
+        providers: [GatedPipe],
+        logger,
+      }),
+      () => {
+        gates.releaseAll();
+        accountGates.releaseAll();
+      },
+    );
+    const records = recordsOf(server, db);
+    const recordOf = (key: string) => records.of(key);
+
+    // Without a body: on Node 20, Fastify clears its handlerTimeout once a request's body has been read (the request's
+    // 'close'), so that it never fires for requests with one.
+    const post = (path: string, key: string) => request(server.url).post(path).set('Idempotency-Key', key);
+
+    it.each(modesOn(store))(
+      "%s mode: Fastify's 503 goes out while the handler runs; the handler's outcome is stored and replayed",
       async (mode) => {
         const key = randomUUID();
         const gate = holdNext();
-        await post(`/work/${mode}`, key, { then: 'decline' }).set('x-controller-timeout-ms', '100').expect(504);
+        const timedOut = post(`/work/${mode}`, key).then((response) => response);
         await gate.reached;
-        await post(`/work/${mode}`, key, { then: 'decline' }).expect(409);
+        const answer = await timedOut;
+        expect(answer.status).toBe(503);
+        // Fastify's FST_ERR_HANDLER_TIMEOUT, rendered by Nest's exception handler.
+        expect(answer.body).toMatchObject({ statusCode: 503, message: expect.stringMatching(/^Request timed out/) });
+        await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
         gate.release();
-        await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-        // Transactional: the write rolled back. Standard: a write the handler committed before it threw stands.
-        await expect(rowsOf(key)).resolves.toHaveLength(mode === 'standard' ? 1 : 0);
-        const retry = await post(`/work/${mode}`, key, { then: 'decline' }).expect(402);
-        expect(retry.body).toEqual({ error: 'card_declined' });
-        expect(retry.headers['idempotent-replay']).toBeUndefined();
+        await expectReplayOfOneRun(records, key, () => post(`/work/${mode}`, key));
       },
     );
 
-    it('an unexpected error after the timeout releases the claim once the handler is done, and a retry runs', async () => {
+    it('answered before its claim was made: the handler does not run, and the key is free for the retry', async () => {
       const key = randomUUID();
-      const gate = holdNext();
-      await post('/work/transactional', key, { then: 'fail' }).set('x-global-timeout-ms', '100').expect(408);
-      await gate.reached;
-      await post('/work/transactional', key, { then: 'fail' }).expect(409);
-      gate.release();
-      await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-      await expect(rowsOf(key)).resolves.toEqual([]);
-      const retry = await post('/work/transactional', key).expect(201);
-      expect(retry.headers['idempotent-replay']).toBeUndefined();
-    });
-
-    it('a handler whose pipe outlasted the timeout never runs: its claim was released with the answer', async () => {
-      const key = randomUUID();
-      const gate = holdNext();
-      const runsBefore = piped.runs;
-      await post('/work/slow-pipe', key).set('x-controller-timeout-ms', '100').expect(504);
-      await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-      gate.release();
+      const accountGate = accountGates.holdNext();
+      const answer = post('/work/standard', key).then((response) => response);
+      await accountGate.reached;
+      expect((await answer).status).toBe(503);
+      accountGate.release();
+      // The warning is logged once the claim is made, just before it is released.
       await waitFor(
-        async () => (logger.errors.includes(LATE_INVOCATION_REFUSED) ? true : undefined),
-        'the late invocation to be refused',
+        async () =>
+          logger.warnings.includes(
+            "WARN [Idempotency] A request to POST /work/standard was answered outside Nest (a timeout such as Fastify's " +
+              'handlerTimeout) while its claim was made: its handler was not run, and the claim was released for its ' +
+              'retry. Such a timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with ' +
+              'inFlight: wait).',
+          ) || undefined,
+        'the warning of an answer given outside Nest',
       );
-      expect(piped.runs).toBe(runsBefore);
-    });
-  });
-
-  describe('never a success for work that did not commit', () => {
-    it('a handler that writes its own 201 (writeHead, end) whose commit fails: the client gets 503, not the 201', async () => {
-      const key = randomUUID();
-      const response = await post('/own-answer/write-head', key).expect(503);
-      expect((response as unknown as { res: IncomingMessage }).res.statusMessage).toBe('Service Unavailable');
-      await expectRefusedKeepingNothing(db, key, response);
-    });
-
-    it('a streamed answer whose commit fails: the connection is cut before the response completes', async () => {
-      const key = randomUUID();
-      const outcome = await new Promise<string>((resolve) => {
-        const client = httpRequest(`${server.url}/own-answer/streamed`, {
-          method: 'POST',
-          headers: { 'Idempotency-Key': key, 'Content-Type': 'application/json' },
-        });
-        client.on('error', (error) => resolve(`error: ${error.message}`));
-        client.on('response', (response) => {
-          let body = '';
-          response.on('data', (chunk: Buffer) => (body += chunk.toString()));
-          response.on('aborted', () => resolve('aborted'));
-          response.on('error', (error) => resolve(`error: ${error.message}`));
-          response.on('end', () => resolve(`completed ${response.statusCode}: ${body}`));
-        });
-        client.end('{}');
-      });
-      expect(outcome).not.toMatch(/^completed/);
-      await expect(db.query('SELECT count(*)::int AS n FROM checked_at_commit')).resolves.toEqual([{ n: 0 }]);
-      await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-    });
-  });
-
-  describe('a database connection lost under a transactional handler', () => {
-    it('answers 503 idempotency_store_unavailable with Retry-After, not 500; nothing committed, and the retry runs once', async () => {
-      const key = randomUUID();
-      const gate = holdNext();
-      const answer = post('/own-answer/queries-after-gate', key).then((response) => response);
-      await gate.reached;
-      proxy.takeDown();
-      gate.release();
-      const refused = await answer;
-      expect(refused.status).toBe(503);
-      expect(refused.body).toMatchObject({ error: 'idempotency_store_unavailable' });
-      expect(refused.headers['retry-after']).toBe('2');
-      proxy.bringUp();
-      await expect(rowsOf(key)).resolves.toEqual([]);
-      const retry = await waitFor(async () => {
-        const response = await post('/own-answer/queries-after-gate', key);
-        return response.status === 409 || response.status === 503 ? undefined : response;
-      }, 'a retry to run');
-      expect(retry.status).toBe(201);
-      await expect(rowsOf(key)).resolves.toHaveLength(2);
-    });
-  });
-
-  describe('handlers that run on after a timeout answered for them (review findings)', () => {
-    /** Sends a request that a timeout inside the module answers (504) while its handler waits at its gate. */
-    async function timedOut(path: string, key: string, headers: Record<string, string> = {}) {
-      const gate = holdNext();
-      const answer = post(path, key).set({ 'x-controller-timeout-ms': '100', ...headers });
-      await expect(answer).resolves.toMatchObject({ status: 504 });
-      await gate.reached;
-      await post(path, key).set(headers).expect(409);
-      gate.release();
-    }
-    const completed = (key: string) => outcomeStored(db, key);
-
-    it('a value that cannot be stored (a file) is rolled back and released: its retry runs on a clean slate', async () => {
-      const key = randomUUID();
-      await timedOut('/after-timeout/file', key);
       await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
       await expect(rowsOf(key)).resolves.toEqual([]);
-    });
-
-    it('a handler that sets a header after the answer went out still completes, and is replayed', async () => {
-      const key = randomUUID();
-      await timedOut('/after-timeout/sets-header', key);
-      await completed(key);
-      const [row] = await rowsOf(key);
-      const replay = await post('/after-timeout/sets-header', key).expect(201);
-      expect(replay.body).toEqual({ id: row.id });
+      const retry = await post('/work/standard', key).expect(201);
+      expect(retry.headers['idempotent-replay']).toBeUndefined();
       await expect(rowsOf(key)).resolves.toHaveLength(1);
     });
 
-    it('an Observable handler over a promise runs to its end: its outcome is stored, not the timeout', async () => {
-      const key = randomUUID();
-      await timedOut('/after-timeout/observable', key);
-      await expectOneRunReplayed(db, key, () => post('/after-timeout/observable', key));
-    });
-
-    it('the stored outcome is the value as the interceptors inside the module shape it (no secret leaks)', async () => {
-      const key = randomUUID();
-      await timedOut('/after-timeout/user', key, { 'x-transform': 'yes' });
-      await completed(key);
-      const [row] = await rowsOf(key);
-      const replay = await post('/after-timeout/user', key).set('x-transform', 'yes').expect(201);
-      expect(replay.text).toBe(JSON.stringify({ data: { id: row.id, email: 'a@example.com' } }));
-    });
-
-    it('a controller that inherits its mark from a base class: its own routes hold the claim too', async () => {
-      const key = randomUUID();
-      await timedOut('/inherits-mark/own', key);
-      await expectOneRunReplayed(db, key, () => post('/inherits-mark/own', key));
-    });
-
-    it("a task the handler leaves behind calls another route's method plainly, outside the request", async () => {
-      const key = randomUUID();
-      const controller = server.app.get(AfterTimeoutController);
-      const before = controller.background.runs;
-      const refusals = () => logger.errors.filter((error) => error === LATE_INVOCATION_REFUSED).length;
-      const refusalsBefore = refusals();
-      await post('/after-timeout/leaves-a-task', key).expect(201);
-      await waitFor(async () => (controller.background.runs > before ? true : undefined), 'the background task to run');
-      expect(refusals()).toBe(refusalsBefore);
-    });
-
-    it('a transactional handler hung past maxHoldSeconds loses its transaction, so its row lock does not block the retry', async () => {
+    it("answered while waiting for another attempt's outcome: nothing more is written to it, and nothing fails", async () => {
       const key = randomUUID();
       const gate = holdNext();
-      const hung = post('/after-timeout/hung-with-lock', key).then((response) => response);
+      const first = post('/work/standard', key).then((response) => response);
       await gate.reached;
-      const retry = await waitFor(async () => {
-        const response = await post('/after-timeout/hung-with-lock', key).timeout(5_000);
-        return response.status === 409 ? undefined : response;
-      }, 'the retry to take the key over');
-      expect(retry.status).toBe(201);
+      const waiter = await post('/work/standard', key);
+      expect(waiter.status).toBe(503);
       gate.release();
-      expect((await hung).status).toBe(409);
-      await expect(db.query('SELECT amount FROM balances WHERE id = 1')).resolves.toEqual([{ amount: 99 }]);
-    });
-  });
-
-  describe('a route that flushes its head (long polling)', () => {
-    it('sends the head at once, before its handler is done', async () => {
-      const gate = holdNext();
-      const client = httpRequest(`${server.url}/flushes`, {
-        method: 'POST',
-        headers: { 'Idempotency-Key': randomUUID() },
+      expect((await first).status).toBe(503);
+      await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      await expect(post('/work/standard', key).expect(201)).resolves.toMatchObject({
+        headers: { 'idempotent-replay': 'true' },
       });
-      const response = new Promise<IncomingMessage>((resolve, reject) =>
-        client.on('response', resolve).on('error', reject),
-      );
-      client.end();
-      await gate.reached;
-      await expect(response).resolves.toMatchObject({ statusCode: 200 });
-      gate.release();
-      const body = await response.then(
-        (message) =>
-          new Promise<string>((resolve) => {
-            let text = '';
-            message.on('data', (chunk: Buffer) => (text += chunk.toString())).on('end', () => resolve(text));
-          }),
-      );
-      expect(body).toBe('done');
+      // Nest's exception handler logs each of Fastify's timeouts; nothing else fails (no write after the answer).
+      expect(logger.errors.filter((error) => !error.includes('FST_ERR_HANDLER_TIMEOUT'))).toEqual([]);
     });
-  });
-});
-
-describe("Fastify's handlerTimeout: a timeout outside Nest, answered by Fastify itself", () => {
-  const logger = new RecordingLogger();
-  /** The gate the next request's accountResolver waits at: the claim is not made yet when Fastify answers. */
-  const accountGates = new GateQueue();
-
-  const server = useTestApp(
-    () => ({
-      platform: 'fastify',
-      fastify: { handlerTimeout: 300 },
-      database: db,
-      idempotency: {
-        accountResolver: async () => {
-          await accountGates.pass();
-          return 'acct';
-        },
-        leaseSeconds: 0.6,
-        storeTimeoutSeconds: 2,
-        inFlight: 'wait',
-        inFlightWaitSeconds: 3,
-      },
-      controllers: [WorkController],
-      providers: [GatedPipe],
-      logger,
-    }),
-    () => {
-      gates.releaseAll();
-      accountGates.releaseAll();
-    },
-  );
-
-  // Without a body: on Node 20, Fastify clears its handlerTimeout once a request's body has been read (the request's
-  // 'close'), so that it never fires for requests with one.
-  const post = (path: string, key: string) => request(server.url).post(path).set('Idempotency-Key', key);
-
-  it.each(['standard', 'transactional'] as const)(
-    "%s mode: Fastify's 503 goes out while the handler runs; the handler's outcome is stored and replayed",
-    async (mode) => {
-      const key = randomUUID();
-      const gate = holdNext();
-      const timedOut = post(`/work/${mode}`, key).then((response) => response);
-      await gate.reached;
-      const answer = await timedOut;
-      expect(answer.status).toBe(503);
-      // Fastify's FST_ERR_HANDLER_TIMEOUT, rendered by Nest's exception handler.
-      expect(answer.body).toMatchObject({ statusCode: 503, message: expect.stringMatching(/^Request timed out/) });
-      await expect(recordOf(key)).resolves.toMatchObject({ status: 'in_progress' });
-      gate.release();
-      await expectReplayOfOneRun(db, key, () => post(`/work/${mode}`, key));
-    },
-  );
-
-  it('answered before its claim was made: the handler does not run, and the key is free for the retry', async () => {
-    const key = randomUUID();
-    const accountGate = accountGates.holdNext();
-    const answer = post('/work/standard', key).then((response) => response);
-    await accountGate.reached;
-    expect((await answer).status).toBe(503);
-    accountGate.release();
-    // The warning is logged once the claim is made, just before it is released.
-    await waitFor(
-      async () =>
-        logger.warnings.includes(
-          "WARN [Idempotency] A request to POST /work/standard was answered outside Nest (a timeout such as Fastify's " +
-            'handlerTimeout) while its claim was made: its handler was not run, and the claim was released for its ' +
-            'retry. Such a timeout should outlast the claim (storeTimeoutSeconds, and inFlightWaitSeconds with ' +
-            'inFlight: wait).',
-        ) || undefined,
-      'the warning of an answer given outside Nest',
-    );
-    await waitFor(async () => ((await recordOf(key)) === undefined ? true : undefined), 'the claim to be released');
-    await expect(rowsOf(key)).resolves.toEqual([]);
-    const retry = await post('/work/standard', key).expect(201);
-    expect(retry.headers['idempotent-replay']).toBeUndefined();
-    await expect(rowsOf(key)).resolves.toHaveLength(1);
-  });
-
-  it("answered while waiting for another attempt's outcome: nothing more is written to it, and nothing fails", async () => {
-    const key = randomUUID();
-    const gate = holdNext();
-    const first = post('/work/standard', key).then((response) => response);
-    await gate.reached;
-    const waiter = await post('/work/standard', key);
-    expect(waiter.status).toBe(503);
-    gate.release();
-    expect((await first).status).toBe(503);
-    await waitFor(async () => ((await recordOf(key))?.status === 'completed' ? true : undefined), 'the outcome');
-    await new Promise((resolve) => setTimeout(resolve, 100));
-    await expect(post('/work/standard', key).expect(201)).resolves.toMatchObject({
-      headers: { 'idempotent-replay': 'true' },
-    });
-    // Nest's exception handler logs each of Fastify's timeouts; nothing else fails (no write after the answer).
-    expect(logger.errors.filter((error) => !error.includes('FST_ERR_HANDLER_TIMEOUT'))).toEqual([]);
   });
 });

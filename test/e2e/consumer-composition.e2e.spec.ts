@@ -4,6 +4,7 @@ import { type CanActivate, Controller, UseGuards } from '@nestjs/common';
 import { EventPattern, MessagePattern, Payload } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext, InMemoryIdempotencyStore } from '../../src/index.js';
+import { IDEMPOTENCY_STORE, type IdempotencyStore } from '../../src/store/index.js';
 import { canonicalJson } from '../../src/shared/canonical-json.js';
 import { natsJetStream, startJetStreamConsumer, uniquePrefix, useTestStream } from '../support/jetstream.js';
 import type { TestConsumer } from '../support/consumer-app.js';
@@ -15,9 +16,12 @@ import {
   useRabbitMqConsumer,
   useTestQueue,
 } from '../support/rabbitmq.js';
+import { describeOnStores } from '../support/on-each-store.js';
 import { payoutsConsumer } from '../support/payouts-consumer.js';
+import { REDIS_URL } from '../support/redis.js';
 import { describeWith } from '../support/required-service.js';
 import { useTcpProxy } from '../support/tcp-proxy.js';
+import { recordsOf, recordsOn } from '../support/test-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
 import { WORK_LOG, workRowsOf } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
@@ -98,148 +102,155 @@ async function expectBothOnce(db: TestDatabase, key: string): Promise<void> {
 }
 
 describeWith(rabbitmq, 'RabbitMQ consumers composed as applications compose them', () => {
-  const db = useTestDatabase(WORK_LOG);
+  describeOnStores('records on %s', (store) => {
+    // Of its own: the blocks of each store use the same keys.
+    const db = useTestDatabase(WORK_LOG);
 
-  describe("with inFlight: 'conflict' module-wide, after a consumer died holding the key", () => {
-    const queue = useTestQueue(5);
-    useRabbitMqConsumer(queue, () => ({
-      database: db,
-      pool: { max: 3 },
-      idempotency: { singleTenant: true, inFlight: 'conflict' },
-      controllers: [PayoutsConsumer],
-    }));
+    describe("with inFlight: 'conflict' module-wide, after a consumer died holding the key", () => {
+      const queue = useTestQueue(5);
+      const consumer = useRabbitMqConsumer(queue, () => ({
+        ...recordsOn(store),
+        database: db,
+        pool: { max: 3 },
+        idempotency: { singleTenant: true, inFlight: 'conflict' },
+        controllers: [PayoutsConsumer],
+      }));
 
-    it('hold the redelivered message, and run it once the dead claim lapses', async () => {
-      const payload = { amount: 4 };
-      // What a consumer SIGKILLed in its handler leaves in standard mode: its claim, with the consumers' lease (15 s).
-      await db.query(
-        `INSERT INTO idempotency_records (account, endpoint, idempotency_key, fingerprint, status, attempt, attempts,
-           created_at, locked_until, expires_at, lock_held)
-         VALUES ('', 'rabbitmq payout.requested PayoutsConsumer.pay', 'orphaned', $1, 'in_progress', $2, 1, now(),
-           now() + interval '15 seconds', now() + interval '1 day', false)`,
-        [createHash('sha256').update(canonicalJson(payload)).digest('hex'), randomUUID()],
-      );
-      await queue.publish('payout.requested', payload, { messageId: 'orphaned' });
-      expect(await ranOrDeadLettered(db, queue, 'orphaned', 30_000)).toEqual([]);
-    }, 40_000);
-  });
-
-  describe.each([
-    ['a string pattern', 'payout.settled'],
-    ['an object pattern', { cmd: 'payout.settled', v: '1' }],
-  ])('two idempotent handlers of one event, one failing once, on %s', (name, pattern) => {
-    const queue = useTestQueue(5);
-    const consumer = useRabbitMqConsumer(queue, () => ({
-      database: db,
-      pool: { max: 4 },
-      idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
-      controllers: [twoHandlersOf(pattern)],
-    }));
-
-    it('settles the message once both stored their outcomes: each effect once, the first replayed', async () => {
-      const key = `two-handlers-${name.split(' ')[1]}`;
-      // An object published with its keys in another order: Nest routes it all the same, and so does the settlement.
-      const published = typeof pattern === 'string' ? pattern : { v: pattern.v, cmd: pattern.cmd };
-      await queue.publish(published, { amount: 5 }, { messageId: key });
-      await expectBothOnce(db, key);
-      await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the queue to be empty');
-      await consumer.close();
-      expect(await queue.ready()).toBe(0);
-      expect(await queue.takeDeadLetters()).toEqual([]);
+      it('hold the redelivered message, and run it once the dead claim lapses', async () => {
+        const payload = { amount: 4 };
+        // What a consumer SIGKILLed in its handler leaves in standard mode: its claim, with the consumers' lease (15 s),
+        // made through the store of this one.
+        const claim = await consumer.app
+          .get<IdempotencyStore>(IDEMPOTENCY_STORE)
+          .claim(
+            { account: '', endpoint: 'rabbitmq payout.requested PayoutsConsumer.pay', key: 'orphaned' },
+            createHash('sha256').update(canonicalJson(payload)).digest('hex'),
+            randomUUID(),
+            { leaseSeconds: 15, ttlSeconds: 86_400 },
+          );
+        expect(claim).toEqual({ claimed: true, takeover: false });
+        await queue.publish('payout.requested', payload, { messageId: 'orphaned' });
+        expect(await ranOrDeadLettered(db, queue, 'orphaned', 30_000)).toEqual([]);
+      }, 40_000);
     });
-  });
 
-  describe('two idempotent handlers of one event, a guard refusing one', () => {
-    const queue = useTestQueue(5);
-    const consumer = useRabbitMqConsumer(queue, () => ({
-      database: db,
-      pool: { max: 4 },
-      idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
-      controllers: [twoHandlersOf('payout.guarded', true)],
-    }));
+    describe.each([
+      ['a string pattern', 'payout.settled'],
+      ['an object pattern', { cmd: 'payout.settled', v: '1' }],
+    ])('two idempotent handlers of one event, one failing once, on %s', (name, pattern) => {
+      const queue = useTestQueue(5);
+      const consumer = useRabbitMqConsumer(queue, () => ({
+        ...recordsOn(store),
+        database: db,
+        pool: { max: 4 },
+        idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+        controllers: [twoHandlersOf(pattern)],
+      }));
 
-    it('settles the message by the handler that ran, and says which did not', async () => {
-      await queue.publish('payout.guarded', { amount: 6 }, { messageId: 'guarded' });
-      const absent = 'The idempotent handler(s) PayoutEffects.notify of a message did not run';
-      await waitFor(
-        async () => (consumer.logger.warnings.some((line) => line.includes(absent)) ? true : undefined),
-        'the message settled without the refused handler',
-      );
-      // Acknowledged: closing the channel gives nothing back.
-      await consumer.close();
-      expect(await queue.ready()).toBe(0);
-      expect(await queue.takeDeadLetters()).toEqual([]);
-      const effects = await db.query<{ key: string }>('SELECT key FROM work_log WHERE key LIKE $1', ['%:guarded']);
-      expect(effects.map((row) => row.key)).toEqual(['audit:guarded']);
+      it('settles the message once both stored their outcomes: each effect once, the first replayed', async () => {
+        const key = `two-handlers-${name.split(' ')[1]}`;
+        // An object published with its keys in another order: Nest routes it all the same, and so does the settlement.
+        const published = typeof pattern === 'string' ? pattern : { v: pattern.v, cmd: pattern.cmd };
+        await queue.publish(published, { amount: 5 }, { messageId: key });
+        await expectBothOnce(db, key);
+        await waitFor(async () => ((await queue.ready()) === 0 ? true : undefined), 'the queue to be empty');
+        await consumer.close();
+        expect(await queue.ready()).toBe(0);
+        expect(await queue.takeDeadLetters()).toEqual([]);
+      });
     });
-  });
 
-  describe.each([
-    ['leaves out 422', (status: number) => status < 500 && status !== 422],
-    ['keeps only 2xx', (status: number) => status >= 200 && status < 300],
-  ])('a module-wide isFinalStatus that %s (HTTP’s option)', (_name, isFinalStatus) => {
-    const runs = new Map<string, number>();
-    const Consumer = payoutsConsumer<unknown>({ event: 'payout.requested', request: 'payout.quote' }, (key) =>
-      runs.set(key, (runs.get(key) ?? 0) + 1),
-    );
-    const queue = useTestQueue(5);
-    const consumer = useRabbitMqConsumer(queue, () => ({
-      database: db,
-      pool: { max: 4 },
-      idempotency: { singleTenant: true, isFinalStatus, retryAfterSeconds: 0.2 },
-      controllers: [Consumer],
-    }));
+    describe('two idempotent handlers of one event, a guard refusing one', () => {
+      const queue = useTestQueue(5);
+      const consumer = useRabbitMqConsumer(queue, () => ({
+        ...recordsOn(store),
+        database: db,
+        pool: { max: 4 },
+        idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+        controllers: [twoHandlersOf('payout.guarded', true)],
+      }));
 
-    it.each([
-      ['an RpcException', 'final'],
-      ["a ValidationPipe's 400", 'invalid'],
-    ])('stores a final error (%s): its message redelivered and published again runs once', async (_error, mode) => {
-      const key = `final-${mode}-${isFinalStatus(422) ? 'x' : 'y'}-${randomUUID()}`;
-      const handled = consumer.handled.count;
-      await queue.publish('payout.requested', { amount: 1, mode }, { messageId: key });
-      await waitFor(async () => (consumer.handled.count > handled ? true : undefined), 'the message handled');
-      await waitFor(
-        async () =>
-          (
-            await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [
-              key,
-            ])
-          )[0]?.status === 'completed'
-            ? true
-            : undefined,
-        'its final error stored',
+      it('settles the message by the handler that ran, and says which did not', async () => {
+        await queue.publish('payout.guarded', { amount: 6 }, { messageId: 'guarded' });
+        const absent = 'The idempotent handler(s) PayoutEffects.notify of a message did not run';
+        await waitFor(
+          async () => (consumer.logger.warnings.some((line) => line.includes(absent)) ? true : undefined),
+          'the message settled without the refused handler',
+        );
+        // Acknowledged: closing the channel gives nothing back.
+        await consumer.close();
+        expect(await queue.ready()).toBe(0);
+        expect(await queue.takeDeadLetters()).toEqual([]);
+        const effects = await db.query<{ key: string }>('SELECT key FROM work_log WHERE key LIKE $1', ['%:guarded']);
+        expect(effects.map((row) => row.key)).toEqual(['audit:guarded']);
+      });
+    });
+
+    describe.each([
+      ['leaves out 422', (status: number) => status < 500 && status !== 422],
+      ['keeps only 2xx', (status: number) => status >= 200 && status < 300],
+    ])('a module-wide isFinalStatus that %s (HTTP’s option)', (_name, isFinalStatus) => {
+      const runs = new Map<string, number>();
+      const Consumer = payoutsConsumer<unknown>({ event: 'payout.requested', request: 'payout.quote' }, (key) =>
+        runs.set(key, (runs.get(key) ?? 0) + 1),
       );
-      await queue.publish('payout.requested', { amount: 1, mode }, { messageId: key });
-      await waitFor(async () => (consumer.handled.count > handled + 1 ? true : undefined), 'the copy handled');
-      expect(runs.get(key)).toBe(1);
-      expect(await queue.takeDeadLetters()).toEqual([]);
+      const queue = useTestQueue(5);
+      const consumer = useRabbitMqConsumer(queue, () => ({
+        ...recordsOn(store),
+        database: db,
+        pool: { max: 4 },
+        idempotency: { singleTenant: true, isFinalStatus, retryAfterSeconds: 0.2 },
+        controllers: [Consumer],
+      }));
+      const records = recordsOf(consumer, db);
+
+      it.each([
+        ['an RpcException', 'final'],
+        ["a ValidationPipe's 400", 'invalid'],
+      ])('stores a final error (%s): its message redelivered and published again runs once', async (_error, mode) => {
+        const key = `final-${mode}-${isFinalStatus(422) ? 'x' : 'y'}-${randomUUID()}`;
+        const handled = consumer.handled.count;
+        await queue.publish('payout.requested', { amount: 1, mode }, { messageId: key });
+        await waitFor(async () => (consumer.handled.count > handled ? true : undefined), 'the message handled');
+        await waitFor(
+          async () => ((await records.statusOf(key)) === 'completed' ? true : undefined),
+          'its final error stored',
+        );
+        await queue.publish('payout.requested', { amount: 1, mode }, { messageId: key });
+        await waitFor(async () => (consumer.handled.count > handled + 1 ? true : undefined), 'the copy handled');
+        expect(runs.get(key)).toBe(1);
+        expect(await queue.takeDeadLetters()).toEqual([]);
+      });
     });
   });
 });
 
 describeWith(natsJetStream, 'a JetStream consumer with two idempotent handlers of one event, one failing once', () => {
-  const db = useTestDatabase(WORK_LOG);
-  const prefix = uniquePrefix();
-  const stream = useTestStream(prefix, `${prefix}_two`);
-  let consumer: TestConsumer;
-  beforeAll(async () => {
-    consumer = await startJetStreamConsumer(
-      {
-        database: db,
-        pool: { max: 4 },
-        idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
-        controllers: [twoHandlersOf(`${prefix}.settled`)],
-      },
-      { stream: stream.name, durable: 'effects', subjects: [`${prefix}.>`], provision: 'consumer', maxDeliver: 5 },
-    );
-  });
-  afterAll(() => consumer.close());
+  describeOnStores('records on %s', (store) => {
+    const db = useTestDatabase(WORK_LOG);
+    const prefix = uniquePrefix();
+    const stream = useTestStream(prefix, `${prefix}_two`);
+    let consumer: TestConsumer;
+    beforeAll(async () => {
+      consumer = await startJetStreamConsumer(
+        {
+          ...recordsOn(store),
+          database: db,
+          pool: { max: 4 },
+          idempotency: { singleTenant: true, retryAfterSeconds: 0.2 },
+          controllers: [twoHandlersOf(`${prefix}.settled`)],
+        },
+        { stream: stream.name, durable: 'effects', subjects: [`${prefix}.>`], provision: 'consumer', maxDeliver: 5 },
+      );
+    });
+    afterAll(() => consumer.close());
 
-  it('acknowledges the message once both stored their outcomes: each effect once', async () => {
-    await stream.publish(`${prefix}.settled`, { amount: 5 }, { msgId: 'js-two-handlers' });
-    await expectBothOnce(db, 'js-two-handlers');
-    await stream.allSettled('effects');
-    expect(stream.pastMaxDeliver('effects')).toEqual([]);
+    it('acknowledges the message once both stored their outcomes: each effect once', async () => {
+      await stream.publish(`${prefix}.settled`, { amount: 5 }, { msgId: 'js-two-handlers' });
+      await expectBothOnce(db, 'js-two-handlers');
+      await stream.allSettled('effects');
+      expect(stream.pastMaxDeliver('effects')).toEqual([]);
+    });
   });
 });
 
@@ -329,36 +340,44 @@ describeWith(rabbitmq, 'a RabbitMQ request whose reply cannot be sent as JSON (a
   });
 });
 
-describeWith(rabbitmq, 'a RabbitMQ request held for holdSeconds while the database is down', () => {
-  const db = useTestDatabase(WORK_LOG);
-  const queue = useTestQueue(5);
-  const proxy = useTcpProxy(db);
-  const consumer = useRabbitMqConsumer(
-    queue,
-    () => ({
-      database: { url: proxy.urlFor(db.url) },
-      pool: { max: 3, connectionTimeoutMillis: 1000 },
-      idempotency: { singleTenant: true, retryAfterSeconds: 0.2, storeTimeoutSeconds: 1 },
-      controllers: [PayoutsConsumer],
-    }),
-    { holdSeconds: 1 },
-  );
+describeWith(rabbitmq, 'a RabbitMQ request held for holdSeconds while the store is down', () => {
+  describeOnStores('records on %s', (store) => {
+    const db = useTestDatabase(WORK_LOG);
+    const queue = useTestQueue(5);
+    /** In front of the store's server (the file's database, or Redis), to take it away. */
+    const proxy = useTcpProxy({
+      get url() {
+        return store === 'redis' ? REDIS_URL : db.url;
+      },
+    });
+    const consumer = useRabbitMqConsumer(
+      queue,
+      () => ({
+        ...(store === 'redis'
+          ? { redis: { url: proxy.urlFor(REDIS_URL) }, database: db }
+          : { database: { url: proxy.urlFor(db.url) }, pool: { max: 3, connectionTimeoutMillis: 1000 } }),
+        idempotency: { singleTenant: true, retryAfterSeconds: 0.2, storeTimeoutSeconds: 1 },
+        controllers: [PayoutsConsumer],
+      }),
+      { holdSeconds: 1 },
+    );
 
-  it('gives it back past the bound, and its caller waits for the reply of the delivery that runs', async () => {
-    const client = await rabbitMqClient(queue);
-    proxy.takeDown();
-    try {
-      const reply = request(client, 'payout.quote', { amount: 3 }, 'held-request');
-      await waitFor(
-        async () => (consumer.logger.warnings.some((line) => line.includes('it is given back')) ? true : undefined),
-        'the request given back past holdSeconds',
-      );
-      proxy.bringUp();
-      await expect(reply).resolves.toEqual({ quoted: 6, run: expect.any(Number) });
-    } finally {
-      proxy.bringUp();
-      await client.close();
-    }
-    expect(await workRowsOf(db, 'held-request')).toHaveLength(1);
+    it('gives it back past the bound, and its caller waits for the reply of the delivery that runs', async () => {
+      const client = await rabbitMqClient(queue);
+      proxy.takeDown();
+      try {
+        const reply = request(client, 'payout.quote', { amount: 3 }, 'held-request');
+        await waitFor(
+          async () => (consumer.logger.warnings.some((line) => line.includes('it is given back')) ? true : undefined),
+          'the request given back past holdSeconds',
+        );
+        proxy.bringUp();
+        await expect(reply).resolves.toEqual({ quoted: 6, run: expect.any(Number) });
+      } finally {
+        proxy.bringUp();
+        await client.close();
+      }
+      expect(await workRowsOf(db, 'held-request')).toHaveLength(1);
+    });
   });
 });

@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { setTimeout as delay } from 'node:timers/promises';
 import { Controller } from '@nestjs/common';
@@ -7,8 +8,11 @@ import { Idempotent, IdempotencyContext, IdempotencyService } from '../../src/in
 import { Gate } from '../support/gate.js';
 import { NATS_URL, natsJetStream, uniquePrefix, useTestStream } from '../support/jetstream.js';
 import { RABBITMQ_URL, rabbitmq, startRabbitMqConsumer, useTestQueue } from '../support/rabbitmq.js';
+import { describeOnStores } from '../support/on-each-store.js';
+import { newRedisClient } from '../support/redis.js';
 import { describeWith } from '../support/required-service.js';
 import { type SpawnedApp, spawnTypeScriptServer } from '../support/sample-app.js';
+import { recordsOf, recordsOn } from '../support/test-app.js';
 import { type TestDatabase, useTestDatabase } from '../support/test-database.js';
 import { WORK_LOG } from '../support/work-log.js';
 import { waitFor } from '../support/wait-for.js';
@@ -155,35 +159,44 @@ class SlowWork {
 }
 
 describeWith(rabbitmq, 'a RabbitMQ consumer closed by app.close() with messages in hand', () => {
-  const db = useTestDatabase(WORK_LOG);
-  const queue = useTestQueue(5);
+  describeOnStores('records on %s', (store) => {
+    const db = useTestDatabase(WORK_LOG);
+    const queue = useTestQueue(5);
 
-  it('drains before Nest closes its channel: every message in hand runs and is acknowledged', async () => {
-    const consumer = await startRabbitMqConsumer(
-      { database: db, pool: { max: 6 }, idempotency: { singleTenant: true }, controllers: [SlowWork] },
-      queue,
-      { prefetchCount: 10, concurrency: 2 },
-    );
-    try {
-      await queue.publishAll(
-        Array.from({ length: 6 }, (_, index) => ({
-          pattern: 'slow.work',
-          data: { index },
-          properties: { messageId: `closed-${index}` },
-        })),
+    it('drains before Nest closes its channel: every message in hand runs and is acknowledged', async () => {
+      SlowWork.started = 0;
+      const consumer = await startRabbitMqConsumer(
+        {
+          ...recordsOn(store),
+          database: db,
+          pool: { max: 6 },
+          idempotency: { singleTenant: true },
+          controllers: [SlowWork],
+        },
+        queue,
+        { prefetchCount: 10, concurrency: 2 },
       );
-      await waitFor(async () => (SlowWork.started > 0 ? true : undefined), 'a handler to start');
-    } finally {
-      await consumer.close();
-    }
-    expect(await queue.ready()).toBe(0);
-    expect(await runs(db)).toHaveLength(6);
-    expect(await queue.takeDeadLetters()).toEqual([]);
+      try {
+        await queue.publishAll(
+          Array.from({ length: 6 }, (_, index) => ({
+            pattern: 'slow.work',
+            data: { index },
+            properties: { messageId: `closed-${index}` },
+          })),
+        );
+        await waitFor(async () => (SlowWork.started > 0 ? true : undefined), 'a handler to start');
+      } finally {
+        await consumer.close();
+      }
+      expect(await queue.ready()).toBe(0);
+      expect(await runs(db)).toHaveLength(6);
+      expect(await queue.takeDeadLetters()).toEqual([]);
+    });
   });
 });
 
 /** A consumer whose handler runs an operation of its own through `execute()`, once its gate opens. */
-const operationGate = new Gate();
+let operationGate = new Gate();
 
 @Controller()
 class WithOperation {
@@ -202,36 +215,48 @@ class WithOperation {
 }
 
 describeWith(rabbitmq, "a RabbitMQ consumer's handler that runs execute() while the app drains", () => {
-  const db = useTestDatabase(WORK_LOG);
-  const queue = useTestQueue(5);
+  describeOnStores('records on %s', (store) => {
+    const db = useTestDatabase(WORK_LOG);
+    const queue = useTestQueue(5);
 
-  it('runs the operation (in hand, like its message), and acknowledges the message', async () => {
-    const consumer = await startRabbitMqConsumer(
-      { database: db, idempotency: { singleTenant: true }, controllers: [WithOperation] },
-      queue,
-    );
-    let closing: Promise<void> | undefined;
-    try {
-      await queue.publish('with.operation', {}, { messageId: 'drained-operation' });
-      await operationGate.reached;
-      // The drain begins as the close does (before Nest closes the server): from then on the module refuses the
-      // claims of operations not in hand.
-      closing = consumer.close();
-      await expect(
-        consumer.app.get(IdempotencyService).execute({ name: 'notify', key: 'not-in-hand' }, async () => 1),
-      ).rejects.toMatchObject({ code: 'idempotency_shutting_down' });
-      operationGate.release();
-    } finally {
-      await (closing ?? consumer.close());
-    }
-    const records = await db.query<{ endpoint: string; status: string }>(
-      'SELECT endpoint, status FROM idempotency_records ORDER BY endpoint',
-    );
-    expect(records).toEqual([
-      { endpoint: 'operation notify', status: 'completed' },
-      { endpoint: 'rabbitmq with.operation WithOperation.work', status: 'completed' },
-    ]);
-    expect(await queue.ready()).toBe(0);
-    expect(await queue.takeDeadLetters()).toEqual([]);
+    it('runs the operation (in hand, like its message), and acknowledges the message', async () => {
+      operationGate = new Gate();
+      // The records are read once the consumer has closed: on Redis, under a prefix of the test's own (an app's own is
+      // cleared when it closes), through a client of the test's (the app's is quit).
+      const keyPrefix = `test:consumer-shutdown:${randomUUID()}:`;
+      const consumer = await startRabbitMqConsumer(
+        {
+          ...recordsOn(store, { keyPrefix }),
+          database: db,
+          idempotency: { singleTenant: true },
+          controllers: [WithOperation],
+        },
+        queue,
+      );
+      const reader = store === 'redis' ? { redis: { keyPrefix, client: newRedisClient() } } : {};
+      let closing: Promise<void> | undefined;
+      try {
+        await queue.publish('with.operation', {}, { messageId: 'drained-operation' });
+        await operationGate.reached;
+        // The drain begins as the close does (before Nest closes the server): from then on the module refuses the
+        // claims of operations not in hand.
+        closing = consumer.close();
+        await expect(
+          consumer.app.get(IdempotencyService).execute({ name: 'notify', key: 'not-in-hand' }, async () => 1),
+        ).rejects.toMatchObject({ code: 'idempotency_shutting_down' });
+        operationGate.release();
+      } finally {
+        await (closing ?? consumer.close());
+      }
+      const records = await recordsOf(reader, db)
+        .all()
+        .finally(() => reader.redis?.client.quit());
+      expect(records.map(({ endpoint, status }) => ({ endpoint, status }))).toEqual([
+        { endpoint: 'operation notify', status: 'completed' },
+        { endpoint: 'rabbitmq with.operation WithOperation.work', status: 'completed' },
+      ]);
+      expect(await queue.ready()).toBe(0);
+      expect(await queue.takeDeadLetters()).toEqual([]);
+    });
   });
 });

@@ -1,14 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import {
-  type ArgumentsHost,
-  Body,
-  Catch,
-  Controller,
-  type ExceptionFilter,
-  HttpException,
-  type INestApplication,
-  Post,
-} from '@nestjs/common';
+import { type ArgumentsHost, Body, Catch, Controller, type ExceptionFilter, HttpException, Post } from '@nestjs/common';
 import { APP_FILTER } from '@nestjs/core';
 import type { Response } from 'express';
 import request from 'supertest';
@@ -18,8 +9,9 @@ import {
   IdempotencyKeyReuseError,
   Idempotent,
 } from '../../src/index.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
-import { startTestApp } from '../support/test-app.js';
+import { describeOnStores } from '../support/on-each-store.js';
+import { recordsOn, useTestApp } from '../support/test-app.js';
+import { useTestDatabase } from '../support/test-database.js';
 
 @Controller('orders')
 class OrdersController {
@@ -42,45 +34,42 @@ class ApplicationFilter implements ExceptionFilter {
   }
 }
 
-let db: TestDatabase;
-let app: INestApplication;
-const filter = new ApplicationFilter();
+const db = useTestDatabase();
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-  ({ app } = await startTestApp({
+describeOnStores('records on %s', (store) => {
+  const filter = new ApplicationFilter();
+  const server = useTestApp(() => ({
+    ...recordsOn(store),
     database: db,
     idempotency: { singleTenant: true },
     controllers: [OrdersController],
     providers: [{ provide: APP_FILTER, useValue: filter }],
     listen: false,
   }));
-});
+  const app = { getHttpServer: () => server.app.getHttpServer() };
 
-afterAll(async () => {
-  await app?.close();
-  await db?.drop();
-});
+  describe("the module's refusals on HTTP", () => {
+    it('reach exception filters as HttpExceptions whose cause is the refusal', async () => {
+      const key = randomUUID();
+      await request(app.getHttpServer()).post('/orders').set('Idempotency-Key', key).send({ n: 1 }).expect(201);
+      const reuse = await request(app.getHttpServer()).post('/orders').set('Idempotency-Key', key).send({ n: 2 });
+      const missing = await request(app.getHttpServer()).post('/orders').send({ n: 1 });
 
-describe("the module's refusals on HTTP", () => {
-  it('reach exception filters as HttpExceptions whose cause is the refusal', async () => {
-    const key = randomUUID();
-    await request(app.getHttpServer()).post('/orders').set('Idempotency-Key', key).send({ n: 1 }).expect(201);
-    const reuse = await request(app.getHttpServer()).post('/orders').set('Idempotency-Key', key).send({ n: 2 });
-    const missing = await request(app.getHttpServer()).post('/orders').send({ n: 1 });
-
-    expect([reuse.status, reuse.body]).toEqual([422, { refusal: 'idempotency_key_reuse' }]);
-    expect([missing.status, missing.body]).toEqual([400, { refusal: 'idempotency_key_required' }]);
-    const [reuseSeen, missingSeen] = filter.seen;
-    expect(reuseSeen.cause).toBeInstanceOf(IdempotencyKeyReuseError);
-    expect(reuseSeen.getResponse()).toEqual({
-      statusCode: 422,
-      error: 'idempotency_key_reuse',
-      message: (reuseSeen.cause as Error).message,
+      expect([reuse.status, reuse.body]).toEqual([422, { refusal: 'idempotency_key_reuse' }]);
+      expect([missing.status, missing.body]).toEqual([400, { refusal: 'idempotency_key_required' }]);
+      const [reuseSeen, missingSeen] = filter.seen;
+      expect(reuseSeen.cause).toBeInstanceOf(IdempotencyKeyReuseError);
+      expect(reuseSeen.getResponse()).toEqual({
+        statusCode: 422,
+        error: 'idempotency_key_reuse',
+        message: (reuseSeen.cause as Error).message,
+      });
+      expect(missingSeen.cause).toBeInstanceOf(IdempotencyKeyRequiredError);
     });
-    expect(missingSeen.cause).toBeInstanceOf(IdempotencyKeyRequiredError);
   });
+});
 
+describe("the module's refusals, thrown", () => {
   it('are plain errors with a code, not HTTP exceptions, where they are thrown (execute(), a store of your own)', () => {
     const refusal = new IdempotencyKeyReuseError({ key: 'key of operation "payout"', usedWith: 'input' });
     expect(refusal).not.toBeInstanceOf(HttpException);

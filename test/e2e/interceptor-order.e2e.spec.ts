@@ -34,7 +34,7 @@ import {
 } from 'rxjs';
 import request from 'supertest';
 import type { DataSource } from 'typeorm';
-import { Idempotent } from '../../src/index.js';
+import { Idempotent, IdempotencyContext } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { Gate, GateQueue } from '../support/gate.js';
 import {
@@ -45,7 +45,8 @@ import {
 } from '../support/platforms.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { useTestDatabase } from '../support/test-database.js';
-import { useTestApp } from '../support/test-app.js';
+import { describeOnStores } from '../support/on-each-store.js';
+import { modesOn, recordsOf, recordsOn, useTestApp } from '../support/test-app.js';
 import { expectOneRunReplayed, outcomeStored, WORK_LOG, workRowsOf } from '../support/work-log.js';
 
 /**
@@ -119,11 +120,19 @@ class DocsExceptionFilter implements ExceptionFilter {
   }
 }
 
+/** The row of a run (of the key the handler runs for), written through `manager`. */
+async function insertRun(manager: DataSource['manager'], idempotency: IdempotencyContext) {
+  const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
+    idempotency.run!.scope.key,
+  ]);
+  return { id: id as number };
+}
+
 @Controller('order')
 class OrderController {
   constructor(
     @InjectDataSource() private readonly dataSource: DataSource,
-    private readonly context: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
     private readonly adapterHost: HttpAdapterHost,
   ) {}
 
@@ -132,13 +141,6 @@ class OrderController {
   async standard(@Req() req: Request) {
     await gates.pass(req);
     return this.insert(this.dataSource.manager);
-  }
-
-  @Post('transactional')
-  @Idempotent({ transactional: true })
-  async transactional(@Req() req: Request) {
-    await gates.pass(req);
-    return this.insert(this.context.manager!);
   }
 
   /** Takes its response, but lets Nest send its value. */
@@ -209,11 +211,24 @@ class OrderController {
     );
   }
 
-  private async insert(manager: DataSource['manager']) {
-    const [{ id }] = await manager.query('INSERT INTO work_log (key) VALUES ($1) RETURNING id', [
-      this.context.run!.key,
-    ]);
-    return { id: id as number };
+  private insert(manager: DataSource['manager']) {
+    return insertRun(manager, this.idempotency);
+  }
+}
+
+/** Its transactional route, apart: the Redis store refuses to start with one. */
+@Controller('order')
+class TransactionalOrderController {
+  constructor(
+    private readonly context: PostgresIdempotencyContext,
+    private readonly idempotency: IdempotencyContext,
+  ) {}
+
+  @Post('transactional')
+  @Idempotent({ transactional: true })
+  async transactional(@Req() req: Request) {
+    await gates.pass(req);
+    return insertRun(this.context.manager!, this.idempotency);
   }
 }
 
@@ -230,73 +245,73 @@ afterAll(() => {
   afterGate.current?.release();
 });
 
-const rowsOf = (key: string) => workRowsOf(db, key);
-const completed = (key: string) => outcomeStored(db, key);
+describeOnStores('records on %s', (store) => {
+  describe.each(PLATFORMS)('on %s', (platform) => {
+    /** What the application of this platform logs. */
+    const logger = new RecordingLogger();
+    const server = useTestApp(
+      () => ({
+        ...recordsOn(store),
+        platform,
+        database: db,
+        idempotency: { singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 },
+        controllers: store === 'postgres' ? [OrderController, TransactionalOrderController] : [OrderController],
+        // Registered in the root module, these run outside the module's interceptor.
+        providers: [
+          { provide: APP_INTERCEPTOR, useClass: OuterWrap },
+          { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
+          { provide: APP_INTERCEPTOR, useClass: RequireValue },
+        ],
+        logger,
+        configure: (app) =>
+          app.useGlobalInterceptors(
+            new InnerTimeout(),
+            new FallbackTimeout(),
+            new SlowAfter(),
+            new DeclineToError(),
+            new FirstValue(),
+          ),
+      }),
+      // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
+      () => {
+        gates.releaseAll();
+        afterGate.current?.release();
+      },
+    );
 
-describe.each(PLATFORMS)('on %s', (platform) => {
-  /** What the application of this platform logs. */
-  const logger = new RecordingLogger();
-  const server = useTestApp(
-    () => ({
-      platform,
-      database: db,
-      idempotency: { singleTenant: true, leaseSeconds: 1, storeTimeoutSeconds: 2 },
-      controllers: [OrderController],
-      // Registered in the root module, these run outside the module's interceptor.
-      providers: [
-        { provide: APP_INTERCEPTOR, useClass: OuterWrap },
-        { provide: APP_INTERCEPTOR, useClass: OuterTimeout },
-        { provide: APP_INTERCEPTOR, useClass: RequireValue },
-      ],
-      logger,
-      configure: (app) =>
-        app.useGlobalInterceptors(
-          new InnerTimeout(),
-          new FallbackTimeout(),
-          new SlowAfter(),
-          new DeclineToError(),
-          new FirstValue(),
-        ),
-    }),
-    // A failed test may leave a handler waiting at its gate; the server cannot close before it answers.
-    () => {
-      gates.releaseAll();
-      afterGate.current?.release();
-    },
-  );
+    const records = recordsOf(server, db);
+    const rowsOf = (key: string) => workRowsOf(records, key);
+    const completed = (key: string) => outcomeStored(records, key);
+    const post = (path: string, key: string) => request(server.url).post(path).set('Idempotency-Key', key).send({});
+    /** Once the outcome of `key` is stored, a retry of `path` replays the one run's row. */
+    const expectReplayed = (path: string, key: string, body?: object) =>
+      expectOneRunReplayed(records, key, () => post(path, key), body);
 
-  const post = (path: string, key: string) => request(server.url).post(path).set('Idempotency-Key', key).send({});
-  /** Once the outcome of `key` is stored, a retry of `path` replays the one run's row. */
-  const expectReplayed = (path: string, key: string, body?: object) =>
-    expectOneRunReplayed(db, key, () => post(path, key), body);
+    describe.each(modesOn(store))('%s mode', (mode) => {
+      it("a timeout that answers with a fallback value: the handler's own value is stored, not the fallback", async () => {
+        const key = randomUUID();
+        const gate = gates.holdNext();
+        const first = await post(`/order/${mode}`, key).set('x-fallback-ms', '100');
+        expect(first.body).toEqual({ pending: true });
+        await gate.reached;
+        gate.release();
+        await completed(key);
+        const rows = await rowsOf(key);
+        expect(rows).toHaveLength(1);
+        await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: rows[0].id } });
+      });
 
-  describe.each(['standard', 'transactional'] as const)('%s mode', (mode) => {
-    it("a timeout that answers with a fallback value: the handler's own value is stored, not the fallback", async () => {
-      const key = randomUUID();
-      const gate = gates.holdNext();
-      const first = await post(`/order/${mode}`, key).set('x-fallback-ms', '100');
-      expect(first.body).toEqual({ pending: true });
-      await gate.reached;
-      gate.release();
-      await completed(key);
-      const rows = await rowsOf(key);
-      expect(rows).toHaveLength(1);
-      await expect(post(`/order/${mode}`, key).expect(201)).resolves.toMatchObject({ body: { id: rows[0].id } });
+      it("a replay through a value-mapping interceptor outside the module's is the stored bytes, not mapped again", async () => {
+        const key = randomUUID();
+        const first = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
+        expect(first.body).toEqual({ data: { id: expect.any(Number) } });
+        const replay = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
+        expect(replay.headers['idempotent-replay']).toBe('true');
+        expect(replay.text).toBe(first.text);
+      });
     });
 
-    it("a replay through a value-mapping interceptor outside the module's is the stored bytes, not mapped again", async () => {
-      const key = randomUUID();
-      const first = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
-      expect(first.body).toEqual({ data: { id: expect.any(Number) } });
-      const replay = await post(`/order/${mode}`, key).set('x-wrap', 'yes').expect(201);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      expect(replay.text).toBe(first.text);
-    });
-  });
-
-  describe.each(['standard', 'transactional'] as const)(
-    'slow work after the handler, inside a timeout, %s mode',
-    (mode) => {
+    describe.each(modesOn(store))('slow work after the handler, inside a timeout, %s mode', (mode) => {
       it('the timeout is not the outcome of a handler that gave its value: the value, as the inner pipeline shapes it, is stored', async () => {
         const key = randomUUID();
         afterGate.current = new Gate();
@@ -305,92 +320,92 @@ describe.each(PLATFORMS)('on %s', (platform) => {
         await reached;
         await expectReplayed(`/order/${mode}`, key);
       });
-    },
-  );
-
-  describe('answers that are the outcome', () => {
-    it("an interceptor inside that turns the handler's value into an error (402): that error is stored and replayed", async () => {
-      const key = randomUUID();
-      const first = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
-      expect(first.body).toEqual({ error: 'card_declined' });
-      const replay = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      expect(replay.text).toBe(first.text);
     });
 
-    it('a passthrough handler that answers from an event listener: its own answer is stored', async () => {
-      const key = randomUUID();
-      const first = await post('/order/answers-from-listener', key).expect(200);
-      await completed(key);
-      const replay = await post('/order/answers-from-listener', key).expect(200);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      expect(replay.text).toBe(first.text);
+    describe('answers that are the outcome', () => {
+      it("an interceptor inside that turns the handler's value into an error (402): that error is stored and replayed", async () => {
+        const key = randomUUID();
+        const first = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
+        expect(first.body).toEqual({ error: 'card_declined' });
+        const replay = await post('/order/declined', key).set('x-decline', 'yes').expect(402);
+        expect(replay.headers['idempotent-replay']).toBe('true');
+        expect(replay.text).toBe(first.text);
+      });
+
+      it('a passthrough handler that answers from an event listener: its own answer is stored', async () => {
+        const key = randomUUID();
+        const first = await post('/order/answers-from-listener', key).expect(200);
+        await completed(key);
+        const replay = await post('/order/answers-from-listener', key).expect(200);
+        expect(replay.headers['idempotent-replay']).toBe('true');
+        expect(replay.text).toBe(first.text);
+      });
+
+      it('an endless Observable handler whose first value an interceptor takes: that value is stored and the Observable stops', async () => {
+        const key = randomUUID();
+        const callsBefore = ticking.calls;
+        const first = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
+        expect(first.body).toMatchObject({ tick: 0 });
+        await completed(key);
+        const emitted = ticking.emitted;
+        const replay = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
+        expect(replay.text).toBe(first.text);
+        expect(ticking.calls).toBe(callsBefore + 1);
+        // Another tick would have been emitted in 10 ms; none is, long after.
+        await new Promise((resolve) => setTimeout(resolve, 100));
+        expect(ticking.emitted).toBe(emitted);
+      });
+
+      it("a replay gives interceptors outside the module's its body as their value: none of them fails on it", async () => {
+        const key = randomUUID();
+        const errorsBefore = logger.errors.length;
+        const first = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
+        const replay = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
+        expect(replay.text).toBe(first.text);
+        expect(logger.errors.slice(errorsBefore)).toEqual([]);
+      });
     });
 
-    it('an endless Observable handler whose first value an interceptor takes: that value is stored and the Observable stops', async () => {
-      const key = randomUUID();
-      const callsBefore = ticking.calls;
-      const first = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
-      expect(first.body).toMatchObject({ tick: 0 });
-      await completed(key);
-      const emitted = ticking.emitted;
-      const replay = await post('/order/ticks', key).set('x-first-value', 'yes').expect(201);
-      expect(replay.text).toBe(first.text);
-      expect(ticking.calls).toBe(callsBefore + 1);
-      // Another tick would have been emitted in 10 ms; none is, long after.
-      await new Promise((resolve) => setTimeout(resolve, 100));
-      expect(ticking.emitted).toBe(emitted);
+    describe("answers that are not the handler's", () => {
+      it("a timeout answered by an exception filter of the docs' kind goes out at once; the handler's value is stored", async () => {
+        const key = randomUUID();
+        const gate = gates.holdNext();
+        const timedOut = await post('/order/own-filter', key).set('x-timeout-ms', '100').expect(408);
+        expect(timedOut.body).toEqual({ statusCode: 408, path: 'filtered' });
+        await gate.reached;
+        await post('/order/own-filter', key).expect(409);
+        gate.release();
+        await expectReplayed('/order/own-filter', key);
+      });
+
+      it('a handler that answers through the platform adapter itself: its answer is stored', async () => {
+        const key = randomUUID();
+        const first = await post('/order/answers-through-adapter', key).expect(200);
+        const replay = await post('/order/answers-through-adapter', key).expect(200);
+        expect(replay.headers['idempotent-replay']).toBe('true');
+        expect(replay.text).toBe(first.text);
+      });
+
+      it('an Observable handler timed out after its first value: its last value, once its work is done, is stored', async () => {
+        const key = randomUUID();
+        await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
+        await expectReplayed('/order/stages', key, { stage: 'done' });
+      });
     });
 
-    it("a replay gives interceptors outside the module's its body as their value: none of them fails on it", async () => {
-      const key = randomUUID();
-      const errorsBefore = logger.errors.length;
-      const first = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
-      const replay = await post('/order/standard', key).set('x-require-value', 'yes').expect(201);
-      expect(replay.text).toBe(first.text);
-      expect(logger.errors.slice(errorsBefore)).toEqual([]);
-    });
-  });
-
-  describe("answers that are not the handler's", () => {
-    it("a timeout answered by an exception filter of the docs' kind goes out at once; the handler's value is stored", async () => {
-      const key = randomUUID();
-      const gate = gates.holdNext();
-      const timedOut = await post('/order/own-filter', key).set('x-timeout-ms', '100').expect(408);
-      expect(timedOut.body).toEqual({ statusCode: 408, path: 'filtered' });
-      await gate.reached;
-      await post('/order/own-filter', key).expect(409);
-      gate.release();
-      await expectReplayed('/order/own-filter', key);
-    });
-
-    it('a handler that answers through the platform adapter itself: its answer is stored', async () => {
-      const key = randomUUID();
-      const first = await post('/order/answers-through-adapter', key).expect(200);
-      const replay = await post('/order/answers-through-adapter', key).expect(200);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      expect(replay.text).toBe(first.text);
-    });
-
-    it('an Observable handler timed out after its first value: its last value, once its work is done, is stored', async () => {
-      const key = randomUUID();
-      await post('/order/stages', key).set('x-timeout-ms', '20').expect(408);
-      await expectReplayed('/order/stages', key, { stage: 'done' });
-    });
-  });
-
-  describe.each([
-    ['inside', 'x-timeout-ms'],
-    ['outside', 'x-outer-timeout-ms'],
-  ])("a passthrough route with a timeout %s the module's", (_where, header) => {
-    it('answers the timeout at once and never runs the handler twice', async () => {
-      const key = randomUUID();
-      const gate = gates.holdNext();
-      await post('/order/passthrough', key).set(header, '100').expect(408);
-      await gate.reached;
-      await post('/order/passthrough', key).expect(409);
-      gate.release();
-      await expectReplayed('/order/passthrough', key);
+    describe.each([
+      ['inside', 'x-timeout-ms'],
+      ['outside', 'x-outer-timeout-ms'],
+    ])("a passthrough route with a timeout %s the module's", (_where, header) => {
+      it('answers the timeout at once and never runs the handler twice', async () => {
+        const key = randomUUID();
+        const gate = gates.holdNext();
+        await post('/order/passthrough', key).set(header, '100').expect(408);
+        await gate.reached;
+        await post('/order/passthrough', key).expect(409);
+        gate.release();
+        await expectReplayed('/order/passthrough', key);
+      });
     });
   });
 });

@@ -1,10 +1,10 @@
 import type { DynamicModule, INestMicroservice } from '@nestjs/common';
 import type { CustomTransportStrategy, MicroserviceOptions, Server } from '@nestjs/microservices';
 import type { RecordingLogger } from './recording-logger.js';
-import { compileTestModule, type TestModuleOptions } from './test-app.js';
+import { compileTestModule, type RecordsPlace, type TestModuleOptions } from './test-app.js';
 
 /** A consumer app of a test: the test module of its options with a broker's module, on that broker's server. */
-export interface TestConsumer {
+export interface TestConsumer extends RecordsPlace {
   app: INestMicroservice;
   /** How many messages' processing has ended (the module settles a message before that). */
   handled: { readonly count: number };
@@ -19,15 +19,22 @@ export async function startConsumerApp(
   transportModule: DynamicModule,
   server: CustomTransportStrategy & Pick<Server, 'setOnProcessingEndHook'>,
 ): Promise<TestConsumer> {
-  const { moduleRef, logger } = await compileTestModule({
+  const compiled = await compileTestModule({
     ...options,
     imports: [transportModule, ...(options.imports ?? [])],
   });
+  const { moduleRef, logger } = compiled;
   const handled = { count: 0 };
   // Nest's end of a message's processing: after its pipeline (and so the module's settlement of it) has ended.
   server.setOnProcessingEndHook(() => (handled.count += 1));
-  const app = moduleRef.createNestMicroservice<MicroserviceOptions>({ strategy: server, logger });
-  await app.listen();
+  let app: INestMicroservice;
+  try {
+    app = compiled.closing(moduleRef.createNestMicroservice<MicroserviceOptions>({ strategy: server, logger }));
+    await app.listen();
+  } catch (error) {
+    await compiled.abandon();
+    throw error;
+  }
   let closed: Promise<void> | undefined;
-  return { app, logger, handled, close: () => (closed ??= app.close()) };
+  return { app, logger, handled, redis: compiled.redis, close: () => (closed ??= app.close()) };
 }

@@ -1,4 +1,4 @@
-import { BadRequestException, Controller, type Type } from '@nestjs/common';
+import { BadRequestException, Controller, Optional, type Type } from '@nestjs/common';
 import { Ctx, EventPattern, MessagePattern, Payload, RpcException } from '@nestjs/microservices';
 import { DataSource } from 'typeorm';
 import { Idempotent, IdempotencyContext } from '../../src/index.js';
@@ -32,8 +32,9 @@ export function payoutsConsumer<Context>(
   class PayoutsConsumer {
     constructor(
       private readonly dataSource: DataSource,
-      private readonly postgres: PostgresIdempotencyContext,
       private readonly idempotency: IdempotencyContext,
+      // None with the records on Redis.
+      @Optional() private readonly postgres?: PostgresIdempotencyContext,
     ) {}
 
     @Idempotent()
@@ -59,7 +60,7 @@ export function payoutsConsumer<Context>(
       // What a ValidationPipe throws for a payload it refuses.
       if (payout.mode === 'invalid') throw new BadRequestException('amount must be positive');
       if (payout.mode === 'gated') await gates.get(key)?.pass();
-      const manager = this.postgres.manager ?? this.dataSource.manager;
+      const manager = this.postgres?.manager ?? this.dataSource.manager;
       const [{ id }] = await manager.query<Array<{ id: number }>>(
         'INSERT INTO work_log (key) VALUES ($1) RETURNING id',
         [key],

@@ -1,4 +1,5 @@
 import type { Response } from 'supertest';
+import type { TestRecords } from './test-app.js';
 import type { TestDatabase } from './test-database.js';
 import { waitFor } from './wait-for.js';
 
@@ -9,17 +10,28 @@ export const WORK_LOG = 'CREATE TABLE work_log (id serial PRIMARY KEY, key text 
 export const CHECKED_AT_COMMIT =
   'CREATE TABLE checked_at_commit (v int, CONSTRAINT checked_at_commit_v UNIQUE (v) DEFERRABLE INITIALLY DEFERRED)';
 
+/**
+ * Where the helpers read the records and the rows: the file's database (the records table of an app on PostgreSQL
+ * among its tables), or an app's records on whichever store (`recordsOf`), the rows on its `db`.
+ */
+export type RowsAndRecords = TestDatabase | TestRecords;
+
+const rowsIn = (at: RowsAndRecords): TestDatabase => ('statusOf' in at ? at.db : at);
+
 /** The rows the runs for `key` wrote, oldest first. */
-export const workRowsOf = (db: TestDatabase, key: string) =>
-  db.query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
+export const workRowsOf = (db: RowsAndRecords, key: string) =>
+  rowsIn(db).query<{ id: number }>('SELECT id FROM work_log WHERE key = $1 ORDER BY id', [key]);
 
 /** The status of the record of `key`, if there is one. */
-export const statusOf = async (db: TestDatabase, key: string) =>
-  (await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key]))[0]
-    ?.status;
+export const statusOf = async (db: RowsAndRecords, key: string) =>
+  'statusOf' in db
+    ? db.statusOf(key)
+    : (
+        await db.query<{ status: string }>('SELECT status FROM idempotency_records WHERE idempotency_key = $1', [key])
+      )[0]?.status;
 
 /** Waits until the outcome of `key` is stored. */
-export const outcomeStored = (db: TestDatabase, key: string) =>
+export const outcomeStored = (db: RowsAndRecords, key: string) =>
   waitFor(async () => ((await statusOf(db, key)) === 'completed' ? true : undefined), 'the outcome to be stored');
 
 /**
@@ -27,7 +39,7 @@ export const outcomeStored = (db: TestDatabase, key: string) =>
  * wrote (and `body` besides), and runs nothing again.
  */
 export async function expectOneRunReplayed(
-  db: TestDatabase,
+  db: RowsAndRecords,
   key: string,
   retry: () => Promise<Response>,
   body: object = {},
@@ -43,7 +55,7 @@ export async function expectOneRunReplayed(
  * Returns the replay, for what a test checks besides.
  */
 export async function expectReplayOfOneRun(
-  db: TestDatabase,
+  db: RowsAndRecords,
   key: string,
   retry: () => Promise<Response>,
 ): Promise<Response> {
