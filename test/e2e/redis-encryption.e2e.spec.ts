@@ -4,9 +4,9 @@ import request from 'supertest';
 import { Idempotent } from '../../src/index.js';
 import { RedisIdempotencyStore } from '../../src/redis/index.js';
 import { madeBeforeAll } from '../support/made-before-all.js';
-import { startRedisApp } from '../support/redis-app.js';
 import { newRedisClient, redis } from '../support/redis.js';
 import { describeWith } from '../support/required-service.js';
+import { startTestApp } from '../support/test-app.js';
 
 // The module's `encryption` on the Redis store: the outcome is sealed before the store sees it, so what Redis holds
 // of a completed record (its `rb` and `rh` fields) is ciphertext, and a retry still replays the plaintext.
@@ -31,7 +31,7 @@ describeWith(redis, 'encryption at rest on the Redis store', () => {
   const made = madeBeforeAll(
     async () => {
       const client = newRedisClient();
-      const app = await startRedisApp({
+      const app = await startTestApp({
         redis: { client, keyPrefix },
         idempotency: {
           singleTenant: true,

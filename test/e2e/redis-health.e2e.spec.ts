@@ -8,10 +8,10 @@ import { IDEMPOTENCY_STORE, type IdempotencyStore } from '../../src/store/index.
 import { IdempotencyHealthModule } from '../../src/terminus/index.js';
 import { HealthController } from '../../sample-app/health.controller.js';
 import { madeBeforeAll } from '../support/made-before-all.js';
-import { type RedisTestApp, startRedisApp } from '../support/redis-app.js';
 import { redis, REDIS_URL } from '../support/redis.js';
 import { describeWith } from '../support/required-service.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { startTestApp, type TestApp } from '../support/test-app.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
@@ -28,7 +28,7 @@ function indicator(status: 'up' | 'down', fields: Record<string, unknown>) {
 }
 
 /** An application of the block's tests, and the proxy its client reaches Redis through. */
-interface ProxiedApp extends RedisTestApp {
+interface ProxiedApp extends TestApp {
   proxy: TcpProxy;
 }
 
@@ -47,7 +47,7 @@ function useRedisApp(
       const proxy = await TcpProxy.to(REDIS_URL);
       const client = new Redis(proxy.urlFor(REDIS_URL));
       client.on('error', () => undefined); // the tests read the outage from the health check
-      const app = await startRedisApp({
+      const app = await startTestApp({
         redis: { client, keyPrefix, ...store },
         idempotency: { singleTenant: true, ...idempotency },
         controllers: [HealthController],
