@@ -4,7 +4,8 @@ import type { IdempotencyRedisOptions } from './idempotency-redis-options.interf
 import { ConfigurableIdempotencyRedisModule } from './idempotency-redis.module-definition.js';
 import { RedisIdempotencyStore } from './redis-idempotency.store.js';
 import { RedisIdempotencyOperator } from './redis-operator.js';
-import { IDEMPOTENCY_REDIS_OPTIONS } from './redis.tokens.js';
+import { type ProvidedRedisClient, provideRedisClient, RedisClientShutdown } from './redis-client-provision.js';
+import { IDEMPOTENCY_REDIS_CLIENT, IDEMPOTENCY_REDIS_OPTIONS } from './redis.tokens.js';
 
 /**
  * The Redis store, for `IdempotencyModule.forRoot({ store: IdempotencyRedisModule.forRoot({ client }), ... })`: keeps
@@ -13,12 +14,14 @@ import { IDEMPOTENCY_REDIS_OPTIONS } from './redis.tokens.js';
  */
 @Module({
   providers: [
+    { provide: IDEMPOTENCY_REDIS_CLIENT, inject: [IDEMPOTENCY_REDIS_OPTIONS], useFactory: provideRedisClient },
     {
       provide: IDEMPOTENCY_STORE,
-      inject: [IDEMPOTENCY_REDIS_OPTIONS],
-      useFactory: ({ client, ...options }: IdempotencyRedisOptions) =>
-        new RedisIdempotencyStore(typeof client === 'function' ? client() : client, options),
+      inject: [IDEMPOTENCY_REDIS_CLIENT, IDEMPOTENCY_REDIS_OPTIONS],
+      useFactory: ({ client }: ProvidedRedisClient, { keyPrefix, outcomeWaits }: IdempotencyRedisOptions) =>
+        new RedisIdempotencyStore(client, { keyPrefix, outcomeWaits }),
     },
+    RedisClientShutdown,
     // The operator's look at the same records, on the store's client (made once, when a factory makes it).
     {
       provide: RedisIdempotencyOperator,

@@ -10,10 +10,12 @@ import {
   IdempotencyService,
   IdempotencySetupError,
 } from '../../src/index.js';
-import { IdempotencyRedisModule } from '../../src/redis/index.js';
+import { IdempotencyRedisModule, type RedisClient, RedisIdempotencyStore } from '../../src/redis/index.js';
+import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import { newRedisClient, redis } from '../support/redis.js';
 import { RecordingLogger } from '../support/recording-logger.js';
 import { describeWith } from '../support/required-service.js';
+import { waitFor } from '../support/wait-for.js';
 
 // The Redis store in an application: what it refuses at start-up (transactional handlers, whatever their
 // transport), and a key claimed once by concurrent requests that wait for its outcome on pub/sub.
@@ -63,16 +65,21 @@ afterAll(async () => {
   await client?.quit();
 });
 
+/** The application of a test, on the file's client of Redis, or on a client `makeClient` makes for the module. */
 async function startApp(
   controllers: Type[],
   providers: Type[] = [],
   options: Partial<IdempotencyModuleOptions> = {},
+  makeClient?: () => RedisClient,
 ): Promise<INestApplication> {
   client ??= newRedisClient();
   const moduleRef = await Test.createTestingModule({
     imports: [
       IdempotencyModule.forRoot({
-        store: IdempotencyRedisModule.forRoot({ client, keyPrefix: `test:${randomBytes(4).toString('hex')}:` }),
+        store: IdempotencyRedisModule.forRoot({
+          client: makeClient ?? client,
+          keyPrefix: `test:${randomBytes(4).toString('hex')}:`,
+        }),
         singleTenant: true,
         ...options,
       }),
@@ -122,6 +129,17 @@ describeWith(redis, 'The Redis store in an application', () => {
     } finally {
       await app.close();
     }
+  });
+
+  it("quits at shutdown a client it made from a factory, and leaves the application's own open", async () => {
+    const made = await startApp([], [], {}, () => newRedisClient());
+    const madeClient = made.get<RedisIdempotencyStore>(IDEMPOTENCY_STORE).client;
+    await made.close();
+    await waitFor(async () => (madeClient.status === 'end' ? true : undefined), 'the made client to end');
+
+    const given = await startApp([]);
+    await given.close();
+    expect(await client?.ping()).toBe('PONG');
   });
 
   it('runs a key once for concurrent requests, each answered the one outcome once it is stored', async () => {
