@@ -14,8 +14,12 @@ export const DEFAULT_KEY_PREFIX = 'idempotency:';
 //   x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created, updated (ms);
 //   rs, rh, rb: the outcome's status, headers (JSON) and body.
 // Every script reads Redis's clock (`TIME`) and touches one key, so it is atomic and single-slot; a record past `x` is
-// gone, since its key expires then. A script that creates or fills a record writes with HSET first: Redis refuses it
-// on a full server (`noeviction`), but checks only a script's first write, so one that began with a DEL would not be.
+// gone, since its key expires then. On a full server (`noeviction`) Redis refuses a script whose first write is one
+// that may grow memory (HSET), and lets the rest of a script through once it has written: so a claim writes with HSET
+// first (a full Redis takes no new work), and an outcome, a renewal and a waiter's mark write the key's expiry first
+// (PEXPIREAT, never refused), so that work Redis let start is never lost for want of memory.
+// ioredis sends a command again when its connection drops before the reply came (`autoResendUnfulfilledCommands`):
+// each script answers its resending as it answered the first sending (a claim of its own attempt, an outcome stored).
 
 const NOW = `
 local clock = redis.call('TIME')
@@ -34,9 +38,10 @@ const CLAIM = `${NOW}
 local fingerprint, attempt = ARGV[1], ARGV[2]
 local lease_until = now + tonumber(ARGV[3])
 local expires = lease_until + tonumber(ARGV[4])
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'x', 'n', 'rs', 'rh', 'rb')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'x', 'n', 'rs', 'rh', 'rb', 't')
 if r[1] and tonumber(r[4]) > now then
   if r[1] == 'completed' then return {'completed', r[2], r[6], r[7], r[8], tonumber(r[4]) - now} end
+  if r[9] == attempt then return {tonumber(r[5]) == 1 and 'claimed' or 'takeover'} end
   if r[2] ~= fingerprint or tonumber(r[3]) > now then return {'in_progress', r[2]} end
   redis.call('HSET', KEYS[1], 't', attempt, 'n', tonumber(r[5]) + 1, 'l', lease_until, 'x', expires, 'u', now)
   redis.call('PEXPIREAT', KEYS[1], expires)
@@ -55,22 +60,26 @@ local r = redis.call('HMGET', KEYS[1], 's', 't', 'x')
 if not (${HELD_BY_ATTEMPT}) then return 0 end
 local lease_until = now + tonumber(ARGV[2])
 local expires = lease_until + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'l', lease_until, 'x', expires, 'u', now)
 redis.call('PEXPIREAT', KEYS[1], expires)
+redis.call('HSET', KEYS[1], 'l', lease_until, 'x', expires, 'u', now)
 return 1
 `;
 
 /**
  * The outcome stored by the claim's holder, its TTL counted from now; the waiters told when it was awaited. ARGV:
- * attempt, ttl (ms), status, headers, body, channel, the record's key (the message). Returns 1, or 0 when not held.
+ * attempt, ttl (ms), status, headers, body, channel, the record's key (the message). Returns 1 (also when this very
+ * outcome is stored already: sent again), or 0 when not held.
  */
 const COMPLETE = `${NOW}
-local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w', 'rs', 'rh', 'rb')
+if r[1] == 'completed' and r[2] == ARGV[1] and r[5] == ARGV[3] and r[6] == ARGV[4] and r[7] == ARGV[5] then
+  return 1
+end
 if not (${HELD_BY_ATTEMPT}) then return 0 end
 local expires = now + tonumber(ARGV[2])
+redis.call('PEXPIREAT', KEYS[1], expires)
 redis.call('HSET', KEYS[1], 's', 'completed', 'rs', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5], 'l', '', 'x', expires,
   'u', now)
-redis.call('PEXPIREAT', KEYS[1], expires)
 if r[4] == '1' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return 1
 `;
@@ -91,7 +100,10 @@ const LIVE_LEASE = `r[1] == 'in_progress' and tonumber(r[2]) > now and tonumber(
 const MARK_AWAITED = `${NOW}
 local r = redis.call('HMGET', KEYS[1], 's', 'l', 'x', 'w')
 if not (${LIVE_LEASE}) then return 0 end
-if r[4] ~= '1' then redis.call('HSET', KEYS[1], 'w', '1') end
+if r[4] ~= '1' then
+  redis.call('PEXPIREAT', KEYS[1], r[3])
+  redis.call('HSET', KEYS[1], 'w', '1')
+end
 return 1
 `;
 

@@ -1,4 +1,5 @@
 import { createHash } from 'node:crypto';
+import { Cluster } from 'ioredis';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import type {
   ClaimResult,
@@ -51,6 +52,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     options: RedisStoreOptions = {},
   ) {
     this.prefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
+    refuseKeyPrefixes(client, this.prefix);
     this.channel = `${this.prefix}outcomes`;
     const isHeld = async (scope: IdempotencyScope) =>
       (await RECORD_SCRIPTS.isHeld.run(this.client, this.keyOf(scope), [])) === 1;
@@ -194,7 +196,39 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   }
 }
 
+/**
+ * The longest lease or TTL Redis is given: past about 1e17 ms, a script writes an expiry in exponent form, which
+ * `PEXPIREAT` refuses after the record was written, leaving it without one.
+ */
+const MAX_SECONDS = 1e12;
+
 /** Redis takes whole milliseconds; a lease of a fraction of one is rounded up, never to none. */
 function milliseconds(seconds: number): number {
+  if (!(seconds <= MAX_SECONDS)) {
+    throw new RangeError(`The Redis store keeps a record at most ${MAX_SECONDS} s (a lease or TTL), not ${seconds} s`);
+  }
   return Math.max(1, Math.ceil(seconds * 1000));
+}
+
+/**
+ * Refuses the prefixes that would break the records' keys: the client's own (`keyPrefix` of ioredis), which ioredis
+ * adds to keys but not to the patterns and channels the store and its operator use, and braces in the store's, which
+ * would make the prefix, not each record's digest, the hash tag: every record in one slot of a Cluster.
+ */
+function refuseKeyPrefixes(client: RedisClient, keyPrefix: string): void {
+  const options = client instanceof Cluster ? [client.options, client.options.redisOptions] : [client.options];
+  const clientPrefix = options.find((option) => option?.keyPrefix)?.keyPrefix;
+  if (clientPrefix) {
+    throw new IdempotencySetupError(
+      `The Redis store's client has ioredis's own \`keyPrefix\` (${JSON.stringify(clientPrefix)}), which it would not ` +
+        'apply to the channels and key patterns the store reads: give the store a client without one, and its prefix ' +
+        `as the store's \`keyPrefix\` (IdempotencyRedisModule.forRoot({ client, keyPrefix: ${JSON.stringify(clientPrefix)} })).`,
+    );
+  }
+  if (/[{}]/.test(keyPrefix)) {
+    throw new IdempotencySetupError(
+      `The Redis store's keyPrefix ${JSON.stringify(keyPrefix)} has a brace, which would make it the hash tag of every ` +
+        "record's key (one slot of a Redis Cluster for them all): choose one without `{` or `}`.",
+    );
+  }
 }
