@@ -92,11 +92,15 @@ const redis = ON_REDIS
  */
 function countedCommands(client: Redis): { statementsSent: number } {
   const count = { statementsSent: 0 };
-  const callBuffer = client.callBuffer.bind(client) as (...args: unknown[]) => unknown;
-  client.callBuffer = ((...args: unknown[]) => {
-    count.statementsSent += 1;
-    return callBuffer(...args);
-  }) as typeof client.callBuffer;
+  // The store sends its scripts with these (ioredis has them on every client, though its types omit them).
+  const commands = client as unknown as Record<'evalshaBuffer' | 'evalBuffer', (...args: unknown[]) => unknown>;
+  for (const name of ['evalshaBuffer', 'evalBuffer'] as const) {
+    const send = commands[name].bind(client);
+    commands[name] = (...args: unknown[]) => {
+      count.statementsSent += 1;
+      return send(...args);
+    };
+  }
   return count;
 }
 
