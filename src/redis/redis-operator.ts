@@ -1,4 +1,4 @@
-import { Cluster, type Redis } from 'ioredis';
+import type { Cluster, Redis } from 'ioredis';
 import type { IdempotencyScope } from '../protocol/idempotency-store.interface.js';
 import {
   type IdempotencyOperations,
@@ -13,6 +13,7 @@ import {
 } from '../store-kit/operator-records.js';
 import { DEFAULT_KEY_PREFIX, type RedisClient } from './record-scripts.js';
 import { RedisIdempotencyStore, type RedisStoreOptions } from './redis-idempotency.store.js';
+import { primariesOf } from './redis-primaries.js';
 
 /** The fields of a record the operator reads (record-scripts.ts), in this order; the body apart, read when asked. */
 const FIELDS = ['a', 'e', 'k', 's', 't', 'n', 'l', 'x', 'w', 'c', 'u', 'rs'] as const;
@@ -137,10 +138,7 @@ export class RedisIdempotencyOperator implements IdempotencyOperations {
 
   /** Every record under the prefix, on every primary: a page of SCAN MATCH at a time, each read in one pipeline. */
   private async eachRecord(visit: (found: FoundRecord) => void): Promise<void> {
-    // A cluster client learns its nodes from its first command.
-    if (this.client instanceof Cluster && this.client.nodes('master').length === 0) await this.client.ping();
-    const servers = this.client instanceof Cluster ? this.client.nodes('master') : [this.client];
-    for (const server of servers) {
+    for (const server of await primariesOf(this.client)) {
       let cursor = '0';
       do {
         const [next, keys] = await server.scan(cursor, 'MATCH', this.pattern, 'COUNT', SCAN_COUNT);

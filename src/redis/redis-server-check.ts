@@ -1,8 +1,6 @@
-import { once } from 'node:events';
-import { Cluster } from 'ioredis';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
-import { within } from '../protocol/store-bounds.js';
 import type { RedisClient } from './record-scripts.js';
+import { primariesOf } from './redis-primaries.js';
 
 /** The oldest Redis the scripts run on: 5.0 replicates a script's effects, so one may read `TIME` before it writes. */
 export const MINIMUM_REDIS_VERSION = [5, 0] as const;
@@ -34,27 +32,12 @@ export function redisServerFaults(info: string): string[] {
   return faults;
 }
 
-/** How long the start-up check waits for the client to connect before it says it could not tell. */
-const CONNECT_BOUND_MS = 5_000;
-
-/**
- * Resolves once `client` is ready, connecting one made with `lazyConnect`: a client without an offline queue
- * (`enableOfflineQueue: false`) refuses commands until then, which would skip the check rather than make it.
- */
-async function connected(client: RedisClient, timeoutMs: number): Promise<void> {
-  if (client.status === 'ready') return;
-  const ready: Promise<unknown> = client.status === 'wait' ? client.connect() : once(client, 'ready');
-  await within(ready, timeoutMs, () => new Error(`the Redis client did not connect within ${timeoutMs} ms`));
-}
-
 /**
  * Refuses a server the records cannot live on, naming each fault and its fix; for a Redis Cluster, checks every
  * primary. Rejects with another error when it could not tell (the server unreachable now).
  */
 export async function checkRedisServers(client: RedisClient): Promise<void> {
-  await connected(client, CONNECT_BOUND_MS);
-  const servers = client instanceof Cluster ? client.nodes('master') : [client];
-  for (const server of servers) {
+  for (const server of await primariesOf(client)) {
     const info = `${await server.info('server')}\n${await server.info('memory')}`;
     const faults = redisServerFaults(info);
     if (faults.length === 0) continue;
