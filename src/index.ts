@@ -8,6 +8,7 @@ export { IdempotencyModule } from './idempotency.module.js';
 export { Idempotent } from './idempotent.decorator.js';
 export { IdempotencyContext } from './protocol/idempotency-context.js';
 export { IdempotencyRun } from './protocol/idempotency-run.js';
+export type { IdempotencyStep, StepOptions } from './protocol/idempotency-step.js';
 
 // Options: the module's and a route's, and the hooks an application writes.
 export type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.js';
@@ -43,6 +44,7 @@ export {
   IdempotencyRequestInProgressError,
 } from './protocol/idempotency.errors.js';
 export { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
+export { IdempotencyStepError, type IdempotencyStepFault } from './protocol/idempotency-step.error.js';
 
 // The in-memory store, for tests and single-process tools (the PostgreSQL store is `nest-idempotency/postgres`).
 export {

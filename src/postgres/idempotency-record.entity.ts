@@ -69,4 +69,8 @@ export class IdempotencyRecord {
   /** When the record counts as absent: completion + TTL, or, for an abandoned claim, lease + TTL. */
   @Column({ name: 'expires_at', type: 'timestamptz' })
   expiresAt: Date;
+
+  /** The steps its attempts completed (recovery points), in order: name, result (JSON text or envelope), when. */
+  @Column({ type: 'jsonb', nullable: true })
+  steps: { name: string; result: string; at: string }[] | null;
 }

@@ -9,6 +9,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoredStep,
   StoreHealth,
   StoreHealthCheck,
   StoreTransaction,
@@ -179,7 +180,7 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     for (let tries = 0; tries < CLAIM_ATTEMPTS; tries += 1) {
       const row = this.batches ? await this.batches.claim(claim) : await this.claimAlone(claim);
       if (!row) continue;
-      if (row.claimed) return { claimed: true, takeover: row.takeover === true };
+      if (row.claimed) return claimedResult(row);
       return { claimed: false, existing: toExistingRecord(row) };
     }
     throw new Error(`Idempotency claim found neither a free nor a held record after ${CLAIM_ATTEMPTS} attempts`);
@@ -204,6 +205,15 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
 
   async release(claim: IdempotencyClaim): Promise<boolean> {
     return this.batches ? this.batches.release(claim) : this.releaseAlone(claim);
+  }
+
+  async recordStep(
+    { scope, attempt }: IdempotencyClaim,
+    step: StoredStep,
+    transaction?: StoreTransaction,
+  ): Promise<boolean> {
+    const parameters = [scope.account, scope.endpoint, scope.key, attempt, step.name, step.result];
+    return (await this.statementsOf.changed(this.statements.recordStep, parameters, transaction)) === 1;
   }
 
   /** A claim in a statement of its own. */
@@ -403,4 +413,11 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   private clientClass(): ClientClass {
     return ((this.dataSource.driver as PostgresDriver).postgres as { Client: ClientClass }).Client;
   }
+}
+
+/** A won claim, with the steps of the record it took over (none on a new one). */
+function claimedResult(row: ClaimRow): ClaimResult {
+  const takeover = row.takeover === true;
+  if (!row.steps?.length) return { claimed: true, takeover };
+  return { claimed: true, takeover, steps: row.steps.map(({ name, result }) => ({ name, result })) };
 }

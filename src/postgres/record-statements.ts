@@ -9,6 +9,8 @@ export interface RecordStatements {
   renew: Statement;
   complete: Statement;
   release: Statement;
+  /** A step of the attempt holding the claim, appended to the record's (`recordStep`). */
+  recordStep: Statement;
   markAwaited: Statement;
   purge: Statement;
   /** The same claims, completions and releases of standard attempts, many records in one statement each. */
@@ -38,6 +40,34 @@ function heldByItsClaimer(lockedBy: string, lockKey: string): string {
       SELECT 1 FROM pg_locks
       WHERE locktype = 'advisory' AND granted AND ${LOCKED_BY} = ${lockedBy} AND objsubid = 1
         AND classid = ((${lockKey} >> 32) & 4294967295)::oid AND objid = (${lockKey} & 4294967295)::oid))`;
+}
+
+/**
+ * The steps a claim of `row` keeps: those of an in-progress record it takes over (its operation resumes from them),
+ * none when the record expired or was completed (the operation begins anew).
+ */
+function stepsKept(row: string): string {
+  return `CASE WHEN ${row}.status = 'in_progress' AND ${row}.expires_at > now() THEN ${row}.steps END`;
+}
+
+/**
+ * A release, as CTEs `deleted` and `kept` (each returning `awaited`, then `returning`): a record without steps is
+ * deleted; one with steps stays in progress, its lease ended at once and its attempt replaced, so that the same
+ * request takes it over and resumes from its steps, and the released attempt holds it no more. `held` selects the
+ * attempt's row as `r`.
+ */
+function releasing(table: string, held: string, returning: string, using = ''): string {
+  return `deleted AS (
+      DELETE FROM ${table} AS r ${using ? `USING ${using}` : ''}
+      WHERE ${held} AND r.steps IS NULL
+      RETURNING r.awaited${returning}
+    ),
+    kept AS (
+      UPDATE ${table} AS r SET locked_until = now(), attempt = gen_random_uuid(), lock_held = false
+      ${using ? `FROM ${using}` : ''}
+      WHERE ${held} AND r.steps IS NOT NULL
+      RETURNING r.awaited${returning}
+    )`;
 }
 
 export function recordStatements(tableName: string, channel: string): RecordStatements {
@@ -87,16 +117,16 @@ export function recordStatements(tableName: string, channel: string): RecordStat
         attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
         created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
         completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
-        awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held
+        awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held, steps = ${stepsKept('r')}
       WHERE r.expires_at <= now() OR (${takeable('r.')})
-      RETURNING attempts > 1 AS takeover
+      RETURNING attempts > 1 AS takeover, steps
     )
     SELECT true AS claimed, takeover, NULL::text AS fingerprint, NULL::text AS status,
            NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
-           NULL::float8 AS expires_in
+           NULL::float8 AS expires_in, steps
     FROM claimed
     UNION ALL
-    SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body, expires_in
+    SELECT false, NULL, fingerprint, status, response_status, response_headers, response_body, expires_in, NULL
     FROM current
     WHERE holds AND NOT EXISTS (SELECT 1 FROM claimed)`);
   const renew = prepared(
@@ -121,7 +151,22 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     WHERE ${held}
     RETURNING awaited`),
   );
-  const release = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
+  const release = prepared(`
+    WITH ${releasing(table, held, '')},
+    changed AS (SELECT awaited FROM deleted UNION ALL SELECT awaited FROM kept)
+    SELECT count(*)::int AS count FROM changed
+    LEFT JOIN LATERAL (
+      SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited
+    ) AS each_row ON true`);
+  // Fenced as an outcome is; a step in the attempt's transaction commits with the step's own writes.
+  const recordStep = prepared(
+    countingRows(`
+    UPDATE ${table}
+    SET steps = coalesce(steps, '[]'::jsonb) ||
+                jsonb_build_array(jsonb_build_object('name', $5::text, 'result', $6::text, 'at', clock_timestamp()))
+    WHERE ${held}
+    RETURNING 1`),
+  );
   // Only while the lease holds: a lapsed one is for the waiter to take over, not to wait on. A record marked already
   // is not written again, only read: each write is a new version of the row (one an outcome batch that waits for the
   // row cannot see, and sends again alone), and the mark read stands, since the waiter listens before it marks.
@@ -143,7 +188,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       AND expires_at <= now()
     RETURNING 1`),
   );
-  return { claim, renew, complete, release, markAwaited, purge, ...batchStatements(table, channel) };
+  return { claim, renew, complete, release, recordStep, markAwaited, purge, ...batchStatements(table, channel) };
 }
 
 /**
@@ -203,19 +248,19 @@ function batchStatements(
         attempts = CASE WHEN r.status = 'in_progress' THEN r.attempts + 1 ELSE 1 END,
         created_at = EXCLUDED.created_at, locked_until = EXCLUDED.locked_until, expires_at = EXCLUDED.expires_at,
         completed_at = NULL, response_status = NULL, response_headers = NULL, response_body = NULL,
-        awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held
+        awaited = r.awaited AND r.status = 'in_progress', lock_held = EXCLUDED.lock_held, steps = ${stepsKept('r')}
       WHERE r.expires_at <= now()
          OR (${takeable('r', 'EXCLUDED.fingerprint', inputOf('lock_key'), heldByItsClaimer(inputOf('locked_by'), inputOf('lock_key')))})
-      RETURNING r.account, r.endpoint, r.idempotency_key, attempts > 1 AS takeover
+      RETURNING r.account, r.endpoint, r.idempotency_key, attempts > 1 AS takeover, r.steps
     )
     SELECT i.ord, true AS claimed, c.takeover, NULL::text AS fingerprint, NULL::text AS status,
            NULL::smallint AS response_status, NULL::jsonb AS response_headers, NULL::bytea AS response_body,
-           NULL::float8 AS expires_in
+           NULL::float8 AS expires_in, c.steps
     FROM claimed c JOIN input i ON ${sameScope('c', 'i')}
     WHERE NOT EXISTS (SELECT 1 FROM current h WHERE h.ord = i.ord AND h.holds)
     UNION ALL
     SELECT c.ord, false, NULL, c.fingerprint, c.status, c.response_status, c.response_headers, c.response_body,
-           c.expires_in
+           c.expires_in, NULL
     FROM current c JOIN input i ON i.ord = c.ord
     WHERE c.holds AND NOT EXISTS (SELECT 1 FROM claimed x WHERE ${sameScope('x', 'i')})`);
   // Each changed row notifies the attempts waiting for it, as a single completion or release does. A row locked but
@@ -265,12 +310,8 @@ function batchStatements(
       '$1::text[], $2::text[], $3::text[], $4::uuid[]',
       'account, endpoint, idempotency_key, attempt, ord',
     )},
-    changed AS (
-      DELETE FROM ${table} AS r
-      USING locked l
-      WHERE ${held}
-      RETURNING l.ord, r.awaited, r.account, r.endpoint, r.idempotency_key
-    )`),
+    ${releasing(table, held, ', l.ord, r.account, r.endpoint, r.idempotency_key', 'locked l')},
+    changed AS (SELECT * FROM deleted UNION ALL SELECT * FROM kept)`),
   );
   // A batch that waited past its bound on a row lock asks which of its records are held, rather than send each of them
   // alone: those are the records that exist but that it cannot lock (SKIP LOCKED never waits). Its locks end with the
@@ -298,6 +339,8 @@ export interface ClaimRow {
   response_headers: Record<string, string | string[]> | null;
   response_body: Buffer | null;
   expires_in: number | null;
+  /** The steps of the record a claim won, as the column holds them; `null` when it has none. */
+  steps: { name: string; result: string }[] | null;
 }
 
 export interface Statement {

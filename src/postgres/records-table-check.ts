@@ -21,6 +21,7 @@ const EXPECTED_COLUMNS: Record<string, string> = {
   locked_until: 'timestamp with time zone',
   completed_at: 'timestamp with time zone',
   expires_at: 'timestamp with time zone',
+  steps: 'jsonb',
 };
 
 /** The claim's `ON CONFLICT` needs a unique index on exactly these columns: the single-flight lock. */

@@ -11,8 +11,11 @@ import type {
   IdempotencyClaim,
   IdempotencyScope,
   IdempotencyStore,
+  StoredStep,
   StoreTransaction,
 } from './idempotency-store.interface.js';
+import { OperationSteps } from './operation-steps.js';
+import type { StepRecording } from './step-recording.js';
 import { type AttemptEnding, IdempotencyAttempt } from './idempotency-attempt.js';
 import type { AttemptOutcome, ClaimEnding } from './claim-ending.js';
 import { LeaseRenewals } from './lease-renewals.js';
@@ -37,6 +40,8 @@ export class AttemptLifecycle implements AttemptEnding {
     private readonly telemetry: IdempotencyTelemetry,
     /** The attempts running now, which the decision also asks whether a claim is refused during the drain. */
     private readonly attempts: RunningAttempts,
+    /** Where the attempts' steps are recorded. */
+    private readonly steps: StepRecording,
   ) {
     this.leases = new LeaseRenewals(store, logger, (transaction, policy) => void claims.cut(transaction, policy));
   }
@@ -67,17 +72,20 @@ export class AttemptLifecycle implements AttemptEnding {
   }
 
   /**
-   * Starts the attempt of a won claim: its transaction (if any) and its lease. Counted by shutdown while it waits for
-   * its transaction slot, so that the drain waits for it too; one that shutdown began meanwhile is given back.
+   * Starts the attempt of a won claim: its transaction (if any), its lease, and the steps earlier attempts recorded.
+   * Counted by shutdown while it waits for its transaction slot, so that the drain waits for it too; one that shutdown
+   * began meanwhile is given back.
    */
   async start(
     claim: IdempotencyClaim,
-    takeover: boolean,
+    won: { takeover: boolean; steps?: StoredStep[] },
     request: ClaimedRequest,
     policy: IdempotencyPolicy,
     holder: StoreTransaction | undefined,
   ): Promise<IdempotencyAttempt> {
-    const run = await this.attempts.starts(() => this.startRun(claim, takeover, policy, holder), request, policy);
+    const steps = new OperationSteps(won.steps ?? [], this.steps, policy);
+    const starting = () => this.startRun(claim, won.takeover, steps, policy, holder);
+    const run = await this.attempts.starts(starting, request, policy);
     const attempt = new IdempotencyAttempt(run, policy, this);
     if (this.attempts.refuses(request.inHand)) {
       await attempt.end({ response: undefined, failed: true, final: false });
@@ -152,17 +160,18 @@ export class AttemptLifecycle implements AttemptEnding {
   private async startRun(
     claim: IdempotencyClaim,
     takeover: boolean,
+    steps: OperationSteps,
     policy: IdempotencyPolicy,
     holder: StoreTransaction | undefined,
   ): Promise<IdempotencyRun> {
-    let run = new IdempotencyRun(claim, takeover, holder);
+    let run = new IdempotencyRun(claim, takeover, holder, steps);
     if (policy.transactional && !holder) {
       const opening = this.store.beginTransaction(policy.storeTimeoutSeconds * 1000);
       const transaction = await this.opened(opening, claim.scope, policy).catch(async (error: unknown) => {
         await this.claims.release(claim, policy);
         throw error;
       });
-      run = new IdempotencyRun(claim, takeover, transaction);
+      run = new IdempotencyRun(claim, takeover, transaction, steps);
     }
     this.leases.start(run, policy);
     return run;

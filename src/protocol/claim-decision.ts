@@ -95,7 +95,7 @@ export class ClaimDecision {
         wait.stop();
         if (result.takeover) publishIdempotencyEvent('takeover', () => ({ scope, attempt: claim.attempt }));
         const request = { fingerprint, since, terms, inHand };
-        return { action: 'run', attempt: await this.attempts.start(claim, result.takeover, request, policy, holder) };
+        return { action: 'run', attempt: await this.attempts.start(claim, result, request, policy, holder) };
       }
       if (holder) this.attempts.discard(holder, policy); // the answer does not wait for its rollback
       const { existing } = result;

@@ -23,12 +23,24 @@ export type ExistingRecord =
       /** Left before it expires. */ expiresInSeconds: number;
     };
 
+/**
+ * A step of an operation that an attempt completed (its recovery point): a later attempt at the same operation skips
+ * it and gets its result.
+ */
+export interface StoredStep {
+  /** The step's name, unique within its operation. */
+  name: string;
+  /** Its result as the module stores it: JSON text, or an envelope when outcomes are encrypted. Opaque to the store. */
+  result: string;
+}
+
 export type ClaimResult =
   /**
-   * `takeover`: the claim took over an in-progress record whose lease had lapsed or whose holder transaction had ended
-   * (its holder may have died).
+   * `takeover`: the claim took over an in-progress record whose lease had lapsed, whose holder transaction had ended
+   * (its holder may have died), or whose claim was released with steps (`release`). `steps`: the steps earlier
+   * attempts completed, in the order they were recorded; absent when there are none.
    */
-  { claimed: true; takeover: boolean } | { claimed: false; existing: ExistingRecord };
+  { claimed: true; takeover: boolean; steps?: StoredStep[] } | { claimed: false; existing: ExistingRecord };
 
 export interface ClaimTiming {
   /** The claim blocks other attempts this long. */
@@ -104,10 +116,18 @@ export interface IdempotencyStore {
     transaction?: StoreTransaction,
   ): Promise<boolean>;
   /**
-   * Deletes the in-progress record so that a retry runs again; false when the claim is no longer held.
+   * Gives the claim up so that a retry runs again; false when the claim is no longer held. A record without steps is
+   * deleted (the next claim is new, for any request); one with steps is kept in progress with its lease ended, so that
+   * the same request takes it over at once and resumes from its steps (another request is refused until it expires).
    * Attempts awaiting the outcome are woken when it commits.
    */
   release(claim: IdempotencyClaim): Promise<boolean>;
+  /**
+   * Records a step the claim's attempt completed, after those the record holds, inside `transaction` when given (it
+   * commits with the step's own writes); false when the claim is no longer held (nothing is recorded). A store
+   * without it runs no stepped operation.
+   */
+  recordStep?(claim: IdempotencyClaim, step: StoredStep, transaction?: StoreTransaction): Promise<boolean>;
   /**
    * Asks for the waiters of `scope` (`waitForChange`) to be woken when its in-progress record is completed or
    * released; false when it no longer is in progress with a live lease (claim again).

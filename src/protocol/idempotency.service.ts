@@ -27,6 +27,7 @@ import { AttemptLifecycle } from './attempt-lifecycle.js';
 import { ClaimDecision, type IdempotencyDecision } from './claim-decision.js';
 import { type DrainParticipant, RunningAttempts } from './running-attempts.js';
 import { OutcomeSealing } from './outcome-sealing.js';
+import { StepRecording } from './step-recording.js';
 import { IdempotencyTelemetry, type IdempotencyOutcome } from './idempotency-telemetry.js';
 import { timedStore } from './timed-store.js';
 import {
@@ -76,7 +77,8 @@ export class IdempotencyService {
       this.rememberOutcome(run, response, policy),
     );
     this.running = new RunningAttempts(this.logger, resolveShutdownTimeout(options));
-    this.lifecycle = new AttemptLifecycle(store, this.logger, claims, this.telemetry, this.running);
+    const steps = new StepRecording(store, this.logger, sealing);
+    this.lifecycle = new AttemptLifecycle(store, this.logger, claims, this.telemetry, this.running, steps);
     this.decisions = new ClaimDecision(
       store,
       this.logger,

@@ -11,6 +11,8 @@ import { EnvelopeUnreadableError, KEY_BYTES, type OutcomeKey, openEnvelope, seal
  */
 export const ENVELOPE_HEADER = ':nest-idempotency-envelope';
 const ENVELOPE_HEADER_VALUE = 'aes-256-gcm';
+/** What a sealed step result begins with: no JSON text begins with a letter other than t, f or n. */
+const SEALED_STEP_PREFIX = 'aes-256-gcm:';
 /** The sealed copy of the status, before the headers' length. */
 const STATUS_BYTES = 2;
 
@@ -46,6 +48,29 @@ export class OutcomeSealing {
     return { status: response.status, headers: { [ENVELOPE_HEADER]: ENVELOPE_HEADER_VALUE }, body: envelope };
   }
 
+  /**
+   * A step's result (its JSON text) as the store holds it: sealed, and bound to its scope and its step's name (a
+   * result moved to another step does not open), when outcomes are sealed.
+   */
+  sealStep(scope: IdempotencyScope, name: string, json: string): string {
+    if (!this.newest) return json;
+    const envelope = sealEnvelope(Buffer.from(json, 'utf8'), this.newest, stepScope(scope, name));
+    return SEALED_STEP_PREFIX + envelope.toString('base64');
+  }
+
+  /** A step's result as it was given (JSON text); throws `EnvelopeUnreadableError` as `open` does. */
+  openStep(scope: IdempotencyScope, name: string, stored: string): string {
+    if (!stored.startsWith(SEALED_STEP_PREFIX)) {
+      if (this.acceptPlaintext) return stored;
+      throw new EnvelopeUnreadableError('it is stored in plaintext, and encryption.acceptPlaintext is off');
+    }
+    if (!this.newest) {
+      throw new EnvelopeUnreadableError('it is encrypted, and the module was given no encryption key ring');
+    }
+    const envelope = Buffer.from(stored.slice(SEALED_STEP_PREFIX.length), 'base64');
+    return openEnvelope(envelope, this.keys, stepScope(scope, name)).toString('utf8');
+  }
+
   /** The outcome as it was stored for `scope`; throws `EnvelopeUnreadableError` saying why it cannot be read. */
   open(scope: IdempotencyScope, stored: StoredResponse): StoredResponse {
     if (stored.headers[ENVELOPE_HEADER] === undefined) {
@@ -73,6 +98,11 @@ export class OutcomeSealing {
     ) as StoredResponse['headers'];
     return { status: stored.status, headers, body: plaintext.subarray(headersEnd) };
   }
+}
+
+/** What a step's envelope is bound to: its scope and its name (a key holds no line break, so none reads as another). */
+function stepScope(scope: IdempotencyScope, name: string): IdempotencyScope {
+  return { ...scope, key: `${scope.key}\nstep ${name}` };
 }
 
 function checkedRing(keys: OutcomeEncryptionOptions['keys']): OutcomeKey[] {

@@ -9,6 +9,7 @@ export type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoredStep,
   StoreHealth,
   StoreHealthCheck,
   StoreTransaction,

@@ -8,6 +8,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoredStep,
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
 
@@ -320,6 +321,115 @@ export function describeIdempotencyStoreContract(
       });
     });
 
+    describe('steps (recovery points)', () => {
+      const charge: StoredStep = { name: 'charge-card', result: '{"charge":"ch_1"}' };
+      const receipt: StoredStep = { name: 'send-receipt', result: 'null' };
+
+      it('gives the steps of an attempt to the same request taking it over, in the order they were recorded', async (subject) => {
+        const { store } = subject;
+        const scope = newScope();
+        const first = await claimed(store, scope, 'fp', SHORT_LEASE);
+        assert.equal(await recordStep(store, first, charge), true);
+        assert.equal(await recordStep(store, first, receipt), true);
+        await elapse(subject, SHORT_LEASE.leaseSeconds);
+        const taker = { scope, attempt: randomUUID() };
+        assert.deepEqual(await store.claim(scope, 'fp', taker.attempt, LONG), {
+          claimed: true,
+          takeover: true,
+          steps: [charge, receipt],
+        });
+        assert.equal(
+          await recordStep(store, first, { name: 'late', result: '1' }),
+          false,
+          'a fenced attempt recorded a step',
+        );
+        const third: StoredStep = { name: 'third', result: '[1,2]' };
+        assert.equal(await recordStep(store, taker, third), true);
+        await store.release(taker);
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), {
+          claimed: true,
+          takeover: true,
+          steps: [charge, receipt, third],
+        });
+      });
+
+      it('keeps a released record with steps for the same request, at once, and refuses another request', async ({
+        store,
+      }) => {
+        const scope = newScope();
+        const first = await claimed(store, scope, 'fp', LONG);
+        await recordStep(store, first, charge);
+        assert.equal(await store.release(first), true);
+        assert.equal(await store.release(first), false, 'a released claim was released again');
+        assert.equal(await recordStep(store, first, receipt), false, 'a released claim recorded a step');
+        assert.deepEqual(await store.claim(scope, 'another request', randomUUID(), LONG), inProgress('fp'));
+        assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), LONG), {
+          claimed: true,
+          takeover: true,
+          steps: [charge],
+        });
+      });
+
+      it('wakes the waiters of a scope whose claim is released with steps', async ({ store }) => {
+        const scope = newScope();
+        const first = await claimed(store, scope, 'fp', LONG);
+        await recordStep(store, first, charge);
+        const wait = store.waitForChange(scope, 30_000);
+        await wait.listening;
+        assert.equal(await store.markAwaited(scope), true);
+        assert.equal(await store.release(first), true);
+        await woken(wait.changed, 'the waiter of a release with steps');
+        assert.equal(await store.markAwaited(scope), false, 'a released record is still awaited as if leased');
+      });
+
+      it('records steps only for the attempt holding the claim: not a stranger, not a completed claim', async ({
+        store,
+      }) => {
+        const scope = newScope();
+        const claim = await claimed(store, scope, 'fp', LONG);
+        assert.equal(await recordStep(store, { scope, attempt: randomUUID() }, charge), false);
+        assert.equal(await store.complete(claim, response, 60), true);
+        assert.equal(await recordStep(store, claim, receipt), false);
+        completedWith(await store.claim(scope, 'fp', randomUUID(), LONG), 'fp', response);
+      });
+
+      it('starts an expired record with steps anew: its steps are gone', async (subject) => {
+        const scope = newScope();
+        const first = await claimed(subject.store, scope, 'fp', { leaseSeconds: 0.1, ttlSeconds: 0.1 });
+        await recordStep(subject.store, first, charge);
+        await elapse(subject, 0.2);
+        assert.deepEqual(await subject.store.claim(scope, 'fp', randomUUID(), LONG), {
+          claimed: true,
+          takeover: !options.expiresOnItsOwn,
+        });
+      });
+
+      it('starts a completed record past its expiry anew: the steps of the operation before are gone', async (subject) => {
+        const scope = newScope();
+        const first = await claimed(subject.store, scope, 'fp', LONG);
+        await recordStep(subject.store, first, charge);
+        await subject.store.complete(first, response, 0.1);
+        await elapse(subject, 0.1);
+        assert.deepEqual(await subject.store.claim(scope, 'fp', randomUUID(), LONG), {
+          claimed: true,
+          takeover: false,
+        });
+      });
+
+      it('keeps results as they were given, whatever their characters', async ({ store }) => {
+        const scope = newScope();
+        const first = await claimed(store, scope, 'fp', LONG);
+        const odd: StoredStep = {
+          name: 'ünï "cödé" \\ step',
+          result: JSON.stringify({ text: 'é\u2028\n"\\', n: 1e21 }),
+        };
+        await recordStep(store, first, odd);
+        await store.release(first);
+        const again = await store.claim(scope, 'fp', randomUUID(), LONG);
+        assert.deepEqual(again, { claimed: true, takeover: true, steps: [odd] });
+      });
+    });
+
     const transactions = options.transactions !== false;
     const holderTransactions = transactions && options.holderTransactions !== false;
     if (!transactions) {
@@ -413,6 +523,25 @@ export function describeIdempotencyStoreContract(
             await transaction.rollback();
           }
         });
+
+        for (const ending of ['commit', 'rollback'] as const) {
+          it(`keeps a step recorded in a transaction only if it commits (${ending})`, async ({ store }) => {
+            const scope = newScope();
+            const claim = await claimed(store, scope, 'fp', LONG);
+            const step: StoredStep = { name: 'write-rows', result: '{"rows":2}' };
+            const transaction = await store.beginTransaction(5_000);
+            try {
+              assert.equal(await store.recordStep?.(claim, step, transaction), true);
+              assert.equal(await store.recordStep?.({ scope, attempt: randomUUID() }, step, transaction), false);
+            } finally {
+              await transaction[ending]();
+            }
+            await store.release(claim);
+            const again = await store.claim(scope, 'fp', randomUUID(), LONG);
+            if (ending === 'commit') assert.deepEqual(again, { claimed: true, takeover: true, steps: [step] });
+            else assert.deepEqual(again, { claimed: true, takeover: false }, 'a step rolled back was kept');
+          });
+        }
       });
 
     if (!holderTransactions) {
@@ -689,6 +818,12 @@ async function claimed(
   const attempt = randomUUID();
   assert.deepEqual(await store.claim(scope, fingerprint, attempt, timing), { claimed: true, takeover: false });
   return { scope, attempt };
+}
+
+/** Records `step` through a store that must record steps. */
+function recordStep(store: IdempotencyStore, claim: IdempotencyClaim, step: StoredStep): Promise<boolean> {
+  assert.ok(typeof store.recordStep === 'function', 'the store records no steps (recordStep)');
+  return store.recordStep(claim, step);
 }
 
 function inProgress(fingerprint: string): ClaimResult {

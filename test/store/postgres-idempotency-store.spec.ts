@@ -222,6 +222,7 @@ describe('schema', () => {
         'CreateIdempotencyRecordsBillingIdemKeys1764633600000',
         'IdempotencyRecordsV0_2_0BillingIdemKeys_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeldBillingIdemKeys_1796342400000',
+        'IdempotencyRecordsV0_4_0StepsBillingIdemKeys_1796774400000',
       ]);
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();

@@ -16,7 +16,7 @@ import { RecordingLogger } from '../support/recording-logger.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
 import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
 
-const [V0_1_0, V0_2_0] = idempotencyMigrations();
+const [V0_1_0, V0_2_0, V0_2_0_LOCK_HELD] = idempotencyMigrations();
 const timing = { leaseSeconds: 30, ttlSeconds: 3600 };
 
 /** A fresh database per test: each one starts from a different schema. */
@@ -58,6 +58,7 @@ describe('the migration history', () => {
         'CreateIdempotencyRecords1764633600000',
         'IdempotencyRecordsV0_2_0_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeld_1796342400000',
+        'IdempotencyRecordsV0_4_0Steps_1796774400000',
       ]);
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
     });
@@ -127,6 +128,9 @@ describe('the migration history', () => {
           [names],
         );
       await dataSource.undoLastMigration();
+      await expect(columnsNamed(['steps'])).resolves.toEqual([{ n: 0 }]);
+      await expect(columnsNamed(['lock_held'])).resolves.toEqual([{ n: 1 }]);
+      await dataSource.undoLastMigration();
       await expect(columnsNamed(['lock_held'])).resolves.toEqual([{ n: 0 }]);
       await expect(columnsNamed(['attempts', 'awaited'])).resolves.toEqual([{ n: 2 }]);
       await dataSource.undoLastMigration();
@@ -189,12 +193,20 @@ describe('the check at start-up', () => {
 
   it("refuses the previous version's table, naming the missing columns", async () => {
     await expect(start([V0_1_0])).rejects.toThrow(
-      /"idempotency_records" lacks the column\(s\) attempts, awaited, lock_held: it was created by an earlier version/,
+      /"idempotency_records" lacks the column\(s\) attempts, awaited, lock_held, steps: it was created by an earlier version/,
     );
   });
 
   it('refuses a table migrated before lock_held was added, naming it', async () => {
-    await expect(start([V0_1_0, V0_2_0])).rejects.toThrow(/"idempotency_records" lacks the column\(s\) lock_held:/);
+    await expect(start([V0_1_0, V0_2_0])).rejects.toThrow(
+      /"idempotency_records" lacks the column\(s\) lock_held, steps:/,
+    );
+  });
+
+  it("refuses 0.3's table (before steps), naming the column", async () => {
+    await expect(start([V0_1_0, V0_2_0, V0_2_0_LOCK_HELD])).rejects.toThrow(
+      /"idempotency_records" lacks the column\(s\) steps: it was created by an earlier version/,
+    );
   });
 
   it('refuses a column of another type', async () => {

@@ -4,6 +4,7 @@ import { recordsTable } from './records-table.js';
 import { createRecordsMigration } from './v0.1.0-create-records.js';
 import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js';
 import { addLockHeldMigration } from './v0.2.0-lock-held.js';
+import { addStepsMigration } from './v0.4.0-steps.js';
 
 /**
  * The records table's migrations, in the order they apply, for applications that run TypeORM with
@@ -12,5 +13,10 @@ import { addLockHeldMigration } from './v0.2.0-lock-held.js';
  */
 export function idempotencyMigrations(tableName: string = DEFAULT_TABLE_NAME): (new () => MigrationInterface)[] {
   const table = recordsTable(tableName);
-  return [createRecordsMigration(table), addAttemptsAndAwaitedMigration(table), addLockHeldMigration(table)];
+  return [
+    createRecordsMigration(table),
+    addAttemptsAndAwaitedMigration(table),
+    addLockHeldMigration(table),
+    addStepsMigration(table),
+  ];
 }

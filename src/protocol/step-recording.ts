@@ -1,0 +1,151 @@
+import type { Logger } from '@nestjs/common';
+import { IdempotencyRecordUnreadableError, IdempotencyStoreUnavailableError } from './idempotency.errors.js';
+import type { IdempotencyPolicy } from './idempotency-policy.js';
+import type { IdempotencyRun } from './idempotency-run.js';
+import type { IdempotencyStore, StoredStep, StoreTransaction } from './idempotency-store.interface.js';
+import { IdempotencyStepError } from './idempotency-step.error.js';
+import { publishIdempotencyEvent } from './idempotency-events.js';
+import type { IdempotencyStep, StepOptions } from './idempotency-step.js';
+import { EnvelopeUnreadableError } from './outcome-envelope.js';
+import type { OutcomeSealing } from './outcome-sealing.js';
+import { describeScope, withTimeout } from './store-bounds.js';
+import { runWithin } from './current-run.js';
+
+type RecordStep = NonNullable<IdempotencyStore['recordStep']>;
+
+/**
+ * The store's side of steps: a step's work run (in a transaction of its own when it asks), its result recorded,
+ * sealed, fenced on its attempt and bounded by `storeTimeoutSeconds`; a recorded result opened again.
+ */
+export class StepRecording {
+  constructor(
+    private readonly store: IdempotencyStore,
+    private readonly logger: Logger,
+    private readonly sealing: OutcomeSealing,
+  ) {}
+
+  /** Runs a step's work and records its result; resolves with that result's JSON text. */
+  async run<T>(
+    run: IdempotencyRun,
+    name: string,
+    work: (step: IdempotencyStep) => Promise<T>,
+    options: StepOptions,
+    policy: IdempotencyPolicy,
+  ): Promise<string> {
+    const recordStep = this.checkSupported(run, name, options);
+    const step: IdempotencyStep = { name, key: run.deriveKey(`step ${name}`) };
+    if (run.transaction || !options.transactional) {
+      const json = resultJson(await work(step));
+      await this.record(recordStep, run, name, json, policy, run.transaction);
+      return json;
+    }
+    const transaction = await this.begin(run, policy);
+    try {
+      const json = resultJson(await runWithin(run.inStepTransaction(transaction), () => work(step)));
+      await this.record(recordStep, run, name, json, policy, transaction);
+      await withTimeout(transaction.commit(), policy, 'committing a step');
+      return json;
+    } catch (error) {
+      await discard(transaction, policy);
+      throw error;
+    }
+  }
+
+  /** A recorded step's result, as its work returned it (JSON text). */
+  opened(run: IdempotencyRun, step: StoredStep): string {
+    try {
+      return this.sealing.openStep(run.scope, step.name, step.result);
+    } catch (error) {
+      if (!(error instanceof EnvelopeUnreadableError)) throw error;
+      this.logger.error(
+        `The recorded result of step ${JSON.stringify(step.name)} of ${describeScope(run.scope)} cannot be read: ` +
+          `${error.reason}. The operation is refused, not run again from there: put the key that sealed it back in ` +
+          'encryption.keys (or set encryption.acceptPlaintext during a switch-over).',
+      );
+      publishIdempotencyEvent('recordUnreadable', () => ({ scope: run.scope, reason: error.reason }));
+      throw new IdempotencyRecordUnreadableError();
+    }
+  }
+
+  /** The store's `recordStep`, refusing what the store cannot do. */
+  private checkSupported(run: IdempotencyRun, name: string, options: StepOptions): RecordStep {
+    const what = `Step ${JSON.stringify(name)} of ${describeScope(run.scope)}`;
+    const recordStep = this.store.recordStep?.bind(this.store);
+    if (!recordStep) {
+      throw new IdempotencyStepError(
+        'unsupported',
+        `${what} cannot be recorded: the idempotency store records no steps (it has no recordStep). Use a store ` +
+          'that does (each of the package does), or run the operation without steps.',
+      );
+    }
+    if (options.transactional && !run.transaction && this.store.transactionsRefused !== undefined) {
+      throw new IdempotencyStepError(
+        'unsupported',
+        `${what} is transactional, and the idempotency store runs no transaction: ${this.store.transactionsRefused}.`,
+      );
+    }
+    return recordStep;
+  }
+
+  private async begin(run: IdempotencyRun, policy: IdempotencyPolicy): Promise<StoreTransaction> {
+    const opening = this.store.beginTransaction(policy.storeTimeoutSeconds * 1000);
+    try {
+      return await withTimeout(opening, policy, 'beginning the transaction of a step');
+    } catch (error) {
+      opening.then((late) => late.rollback()).catch(() => undefined);
+      throw this.unavailable(run, 'beginTransaction', error, policy);
+    }
+  }
+
+  /** Records the step, fenced on the run's attempt: refused once another attempt holds the key. */
+  private async record(
+    recordStep: RecordStep,
+    run: IdempotencyRun,
+    name: string,
+    json: string,
+    policy: IdempotencyPolicy,
+    transaction: StoreTransaction | undefined,
+  ): Promise<void> {
+    const step = { name, result: this.sealing.sealStep(run.scope, name, json) };
+    let recorded: boolean;
+    try {
+      recorded = await withTimeout(recordStep(run.claim, step, transaction), policy, 'recording a step');
+    } catch (error) {
+      throw this.unavailable(run, 'recordStep', error, policy);
+    }
+    if (!recorded) {
+      throw new IdempotencyStepError(
+        'claim_lost',
+        `Step ${JSON.stringify(name)} of ${describeScope(run.scope)} finished after its attempt lost the key (its ` +
+          'lease lapsed and another attempt took it over, or shutdown released it): its recovery point is not ' +
+          `recorded${transaction ? ' and its writes are rolled back' : ''}, and the attempt holding the key runs it.`,
+      );
+    }
+  }
+
+  private unavailable(
+    run: IdempotencyRun,
+    operation: string,
+    error: unknown,
+    policy: IdempotencyPolicy,
+  ): IdempotencyStoreUnavailableError {
+    this.logger.error(
+      `A step of ${describeScope(run.scope)} failed: ${operation} (the store is unavailable): ${error}`,
+    );
+    publishIdempotencyEvent('storeUnavailable', () => ({ operation, scope: run.scope, error }));
+    return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+  }
+}
+
+/** A step's result as stored: its JSON (`null` for nothing), parsed back by every attempt, the first included. */
+function resultJson(value: unknown): string {
+  return JSON.stringify(value ?? null);
+}
+
+/** Rolls a step's transaction back within `storeTimeoutSeconds`, past which its connection is cut. */
+async function discard(transaction: StoreTransaction, policy: IdempotencyPolicy): Promise<void> {
+  await withTimeout(transaction.rollback(), policy, 'rolling back a step').catch(() => {
+    transaction.abandon();
+    return transaction.rollback().catch(() => undefined);
+  });
+}

@@ -1,0 +1,350 @@
+import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
+import {
+  IdempotencyContext,
+  type IdempotencyRun,
+  IdempotencyService,
+  IdempotencyStepError,
+  type IdempotencyStepFault,
+} from '../../src/index.js';
+import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import { LedgerEntry } from '../support/ledger-entry.entity.js';
+import { describeOnStores } from '../support/on-each-store.js';
+import { useTestDatabase } from '../support/test-database.js';
+import { recordsOn, startTestContext, type StandardStore, type TestContext } from '../support/test-app.js';
+
+/**
+ * Steps of `execute()`'s operations on each store: a later attempt skips the steps an earlier one recorded and gets
+ * their results, the pitfalls of journaled steps are refused, a fenced attempt records nothing, and (on PostgreSQL) a
+ * transactional step's writes commit with its recovery point or not at all.
+ */
+
+const db = useTestDatabase('CREATE TABLE ledger_entries (id serial PRIMARY KEY, key text NOT NULL)');
+
+/** An error a test throws on purpose: the operation fails there, as a crash would leave it. */
+class Interrupted extends Error {}
+
+/** An `IdempotencyStepError` of `fault`, for `toMatchObject`. */
+function stepFault(fault: IdempotencyStepFault): Partial<IdempotencyStepError> {
+  return { name: IdempotencyStepError.name, fault };
+}
+
+describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
+  let app: TestContext;
+  let idempotency: IdempotencyService;
+
+  beforeAll(async () => {
+    app = await startTestContext({
+      ...recordsOn(store),
+      database: db,
+      entities: [LedgerEntry],
+      idempotency: { singleTenant: true, leaseSeconds: 30 },
+    });
+    idempotency = app.context.get(IdempotencyService);
+  });
+  afterAll(() => app?.close());
+
+  /** Counts each step's runs across attempts. */
+  function stepCounter() {
+    const runs = new Map<string, number>();
+    return {
+      runs,
+      work:
+        <T>(name: string, value: T) =>
+        async () => {
+          runs.set(name, (runs.get(name) ?? 0) + 1);
+          return value;
+        },
+    };
+  }
+
+  it('skips on a retry the steps an earlier attempt recorded, returning their results, and runs only the rest', async () => {
+    const operation = { name: 'charge', key: randomUUID(), input: { amount: 100 } };
+    const { runs, work } = stepCounter();
+    let failAfterCharge = true;
+    const charge = async (run: IdempotencyRun) => {
+      const row = await run.step('create-charge-row', work('row', { id: 7, at: new Date(0) }));
+      const provider = await run.step('charge-card', work('card', { charge: `ch_${row.id}` }));
+      if (failAfterCharge) throw new Interrupted('crashed after the card was charged');
+      const receipt = await run.step('send-receipt', work('receipt', undefined));
+      return { row, provider, receipt };
+    };
+
+    await expect(idempotency.execute(operation, charge)).rejects.toBeInstanceOf(Interrupted);
+    failAfterCharge = false;
+    const { result, replayed } = await idempotency.execute(operation, charge);
+    expect(replayed).toBe(false);
+    // Results go through JSON on the first run and on a skip alike: the Date is its ISO string in both.
+    expect(result).toEqual({
+      row: { id: 7, at: '1970-01-01T00:00:00.000Z' },
+      provider: { charge: 'ch_7' },
+      receipt: null,
+    });
+    expect(Object.fromEntries(runs)).toEqual({ row: 1, card: 1, receipt: 1 });
+    // Completed: replayed without running anything.
+    await expect(idempotency.execute(operation, charge)).resolves.toEqual({ result, replayed: true });
+    expect(Object.fromEntries(runs)).toEqual({ row: 1, card: 1, receipt: 1 });
+  });
+
+  it('leaves the recovery point where it was when a step fails: the failed step runs again on the retry', async () => {
+    const operation = { name: 'charge', key: randomUUID() };
+    let attempts = 0;
+    const calls: string[] = [];
+    const flow = async (run: IdempotencyRun) => {
+      attempts += 1;
+      await run.step('first', async () => calls.push(`first@${attempts}`));
+      await run.step('second', async () => {
+        calls.push(`second@${attempts}`);
+        if (attempts === 1) throw new Interrupted('the provider timed out');
+        return 'done';
+      });
+      return run.step('third', async () => calls.push(`third@${attempts}`));
+    };
+    await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(Interrupted);
+    await expect(idempotency.execute(operation, flow)).resolves.toEqual({ result: 4, replayed: false }); // the length after the fourth call
+    expect(calls).toEqual(['first@1', 'second@1', 'second@2', 'third@2']);
+  });
+
+  it('gives each step a key of its own, the same in every attempt', async () => {
+    const operation = { name: 'charge', key: randomUUID() };
+    const keys: string[] = [];
+    let fail = true;
+    const flow = async (run: IdempotencyRun) => {
+      await run.step('a', async (step) => keys.push(step.key));
+      await run.step('b', async (step) => {
+        keys.push(step.key);
+        if (fail) throw new Interrupted('first attempt');
+      });
+    };
+    await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(Interrupted);
+    fail = false;
+    await idempotency.execute(operation, flow);
+    const [a, b1, b2] = keys;
+    expect(keys).toHaveLength(3); // step a skipped the second time
+    expect(b2).toBe(b1);
+    expect(a).not.toBe(b1);
+    const other = { name: 'charge', key: randomUUID() };
+    await idempotency.execute(other, (run) => run.step('a', async (step) => expect(step.key).not.toBe(a)));
+  });
+
+  describe('refuses the pitfalls of journaled steps, running nothing of the refused step', () => {
+    it('one name twice in one attempt (a loop)', async () => {
+      let ran = 0;
+      const flow = async (run: IdempotencyRun) => {
+        for (const _item of [1, 2]) await run.step('send', async () => (ran += 1));
+      };
+      await expect(idempotency.execute({ name: 'loop', key: randomUUID() }, flow)).rejects.toMatchObject(
+        stepFault('name_reused'),
+      );
+      expect(ran).toBe(1);
+    });
+
+    it('steps in parallel, or one inside another', async () => {
+      const ran: string[] = [];
+      const parallel = (run: IdempotencyRun) =>
+        Promise.all(['a', 'b'].map((name) => run.step(name, async () => ran.push(name))));
+      await expect(idempotency.execute({ name: 'parallel', key: randomUUID() }, parallel)).rejects.toMatchObject(
+        stepFault('overlapping'),
+      );
+      const nested = (run: IdempotencyRun) =>
+        run.step('outer', async () => run.step('inner', async () => ran.push('inner')));
+      await expect(idempotency.execute({ name: 'nested', key: randomUUID() }, nested)).rejects.toMatchObject(
+        stepFault('overlapping'),
+      );
+      expect(ran).not.toContain('b');
+      expect(ran).not.toContain('inner');
+    });
+
+    it('a step outside an operation', async () => {
+      const context = app.context.get(IdempotencyContext);
+      let ran = false;
+      await expect(context.step('loose', async () => (ran = true))).rejects.toMatchObject(stepFault('outside_run'));
+      expect(ran).toBe(false);
+    });
+
+    it('a step list that no longer matches the recovery point (code changed between attempts), keeping it', async () => {
+      const operation = { name: 'deploy', key: randomUUID() };
+      const ran: string[] = [];
+      const before = async (run: IdempotencyRun) => {
+        await run.step('reserve', async () => ran.push('reserve'));
+        throw new Interrupted('the old build crashed');
+      };
+      const after = async (run: IdempotencyRun) => {
+        await run.step('validate', async () => ran.push('validate'));
+        await run.step('reserve', async () => ran.push('reserve again'));
+      };
+      await expect(idempotency.execute(operation, before)).rejects.toBeInstanceOf(Interrupted);
+      const refused = idempotency.execute(operation, after);
+      await expect(refused).rejects.toMatchObject(stepFault('steps_changed'));
+      await expect(refused).rejects.toThrow('"validate" now, and an earlier attempt recorded "reserve" there');
+      expect(ran).toEqual(['reserve']);
+      // The recovery point is still there for code that matches it.
+      await expect(
+        idempotency.execute(operation, (run) => run.step('reserve', async () => ran.push('never'))),
+      ).resolves.toEqual({ result: 1, replayed: false });
+    });
+
+    it('a name that is no name', async () => {
+      const flow = (run: IdempotencyRun) => run.step('', async () => 1);
+      await expect(idempotency.execute({ name: 'unnamed', key: randomUUID() }, flow)).rejects.toMatchObject(
+        stepFault('invalid_name'),
+      );
+    });
+  });
+
+  it('records nothing for an attempt fenced off while its step ran: the attempt holding the key runs it', async () => {
+    const operation = { name: 'fenced', key: randomUUID() };
+    const ran: string[] = [];
+    let release!: () => void;
+    const held = new Promise<void>((resolve) => (release = resolve));
+    const slow = idempotency.execute(
+      operation,
+      (run) =>
+        run.step('slow', async () => {
+          ran.push('slow@first');
+          await held;
+          return 'first';
+        }),
+      { leaseSeconds: 0.3 },
+    );
+    // The first attempt's lease lapses (no renewal comes: its renewals are a third of a 0.3 s lease, which the
+    // takeover below beats by taking the key once it is free).
+    const taken = await takeOver(operation, (run) => run.step('slow', async () => (ran.push('slow@taker'), 'taker')));
+    release();
+    await expect(slow).rejects.toMatchObject(stepFault('claim_lost'));
+    expect(taken).toEqual({ result: 'taker', replayed: false });
+    expect(ran).toEqual(['slow@first', 'slow@taker']);
+  });
+
+  /** Takes the operation over once the attempt holding it stops renewing its lease: retried while it is in progress. */
+  async function takeOver<T>(
+    operation: { name: string; key: string },
+    work: (run: IdempotencyRun) => Promise<T>,
+  ): Promise<Awaited<ReturnType<typeof idempotency.execute<T>>>> {
+    stopRenewals(operation.key);
+    const deadline = Date.now() + 10_000;
+    for (;;) {
+      try {
+        return await idempotency.execute(operation, work);
+      } catch (error) {
+        if ((error as { code?: string }).code !== 'request_in_progress' || Date.now() > deadline) throw error;
+        await delay(50);
+      }
+    }
+  }
+
+  /** Makes the store refuse renewals of `key`, as a holder that stalls would stop sending them. */
+  function stopRenewals(key: string): void {
+    const { store } = idempotency as unknown as { store: { renew: (...args: never[]) => Promise<boolean> } };
+    const renew = store.renew.bind(store);
+    store.renew = (async (claim: { scope: { key: string } }, ...rest: never[]) =>
+      claim.scope.key === key ? true : renew(claim as never, ...rest)) as never;
+  }
+
+  if (store === 'redis') {
+    it('refuses a transactional step on Redis, running nothing of it', async () => {
+      let ran = false;
+      const flow = (run: IdempotencyRun) => run.step('rows', async () => (ran = true), { transactional: true });
+      const refused = idempotency.execute({ name: 'rows', key: randomUUID() }, flow);
+      await expect(refused).rejects.toMatchObject(stepFault('unsupported'));
+      await expect(refused).rejects.toThrow('runs no transaction');
+      expect(ran).toBe(false);
+    });
+  }
+
+  if (store === 'postgres') {
+    describe('a transactional step: its writes and its recovery point commit together, or neither', () => {
+      async function entriesOf(key: string): Promise<number> {
+        const [{ n }] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM ledger_entries WHERE key = $1', [
+          key,
+        ]);
+        return n;
+      }
+
+      it('commits the rows with the step: a retry skips it and the rows are there once', async () => {
+        const operation = { name: 'rows', key: randomUUID() };
+        const context = app.context.get(PostgresIdempotencyContext);
+        let fail = true;
+        const flow = async (run: IdempotencyRun) => {
+          const row = await run.step(
+            'write-row',
+            async () => {
+              const entries = context.getRepository(LedgerEntry);
+              return (await entries.save(entries.create({ key: operation.key }))).id;
+            },
+            { transactional: true },
+          );
+          if (fail) throw new Interrupted('after the row');
+          return row;
+        };
+        await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(Interrupted);
+        expect(await entriesOf(operation.key)).toBe(1);
+        fail = false;
+        const { result } = await idempotency.execute(operation, flow);
+        expect(typeof result).toBe('number');
+        expect(await entriesOf(operation.key)).toBe(1);
+      });
+
+      it('rolls the rows back with a step that fails after writing them: a retry writes them once', async () => {
+        const operation = { name: 'rows', key: randomUUID() };
+        const context = app.context.get(PostgresIdempotencyContext);
+        let fail = true;
+        const flow = (run: IdempotencyRun) =>
+          run.step(
+            'write-row',
+            async () => {
+              await context.getRepository(LedgerEntry).insert({ key: operation.key });
+              if (fail) throw new Interrupted('after writing, before the step ended');
+              return 'written';
+            },
+            { transactional: true },
+          );
+        await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(Interrupted);
+        expect(await entriesOf(operation.key)).toBe(0);
+        fail = false;
+        await expect(idempotency.execute(operation, flow)).resolves.toEqual({ result: 'written', replayed: false });
+        expect(await entriesOf(operation.key)).toBe(1);
+      });
+
+      it('rolls back the rows of a fenced attempt with its step', async () => {
+        const operation = { name: 'rows', key: randomUUID() };
+        const context = app.context.get(PostgresIdempotencyContext);
+        let release!: () => void;
+        const held = new Promise<void>((resolve) => (release = resolve));
+        const slow = idempotency.execute(
+          operation,
+          (run) =>
+            run.step(
+              'write-row',
+              async () => {
+                await context.getRepository(LedgerEntry).insert({ key: operation.key });
+                await held;
+              },
+              { transactional: true },
+            ),
+          { leaseSeconds: 0.3 },
+        );
+        const taken = await takeOver(operation, async () => 'taker, writing nothing');
+        release();
+        await expect(slow).rejects.toMatchObject(stepFault('claim_lost'));
+        expect(taken.result).toBe('taker, writing nothing');
+        expect(await entriesOf(operation.key)).toBe(0);
+      });
+
+      it('records the steps of a transactional operation in its transaction: rolled back with it', async () => {
+        const operation = { name: 'whole', key: randomUUID() };
+        const ran: string[] = [];
+        let fail = true;
+        const flow = async (run: IdempotencyRun) => {
+          await run.step('one', async () => ran.push('one'));
+          if (fail) throw new Interrupted('rolled back');
+          return 'ok';
+        };
+        await expect(idempotency.execute(operation, flow, { transactional: true })).rejects.toBeInstanceOf(Interrupted);
+        fail = false;
+        await idempotency.execute(operation, flow, { transactional: true });
+        expect(ran).toEqual(['one', 'one']);
+      });
+    });
+  }
+});
