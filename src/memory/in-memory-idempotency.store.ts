@@ -6,6 +6,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoredStep,
   StoreHealth,
   StoreTransaction,
 } from '../protocol/idempotency-store.interface.js';
@@ -22,6 +23,7 @@ export interface InMemoryIdempotencyStoreOptions {
 interface MemoryRecord {
   fingerprint: string;
   status: 'in_progress' | 'completed';
+  /** Empty once released with steps: no attempt holds it (attempts are UUIDs). */
   attempt: string;
   /** Attempts at the current in-progress record (a takeover counts one more); 1 after a fresh claim. */
   attempts: number;
@@ -29,6 +31,8 @@ interface MemoryRecord {
   lockedUntil: number | null;
   expiresAt: number;
   response?: StoredResponse;
+  /** The steps its attempts recorded, in order. */
+  steps: StoredStep[];
   /** A waiter asked to be woken when this in-progress record is completed or released. */
   awaited: boolean;
   /** Claimed for a transaction that held the scope (as PostgreSQL's `lock_held`): free once it no longer does. */
@@ -51,9 +55,9 @@ const UUID = /^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$
  * expiry, the TTL counted from completion, release, waking the waiters of an outcome, purges in batches), on a
  * clock the test may drive (`now`). Nothing is shared between processes, and nothing survives a restart.
  *
- * Its transactions hold only the outcome a `complete(…, transaction)` stores: visible once they commit, discarded
- * when they roll back. They have no database connection, so a handler's own writes are not part of them.
- * As in PostgreSQL, a record completed inside a transaction is locked until the transaction ends: a renewal,
+ * Its transactions hold only the outcomes and steps stored in them (`complete`, `recordStep`): visible once they
+ * commit, discarded when they roll back. They have no database connection, so a handler's own writes are not part of
+ * them. As in PostgreSQL, a record completed (or given a step) inside a transaction is locked until it ends: a renewal,
  * release, completion or takeover of that record waits for it (a claim that finds the record held does not). A
  * transaction begun holding a scope holds it until it ends, as the PostgreSQL store's advisory lock.
  */
@@ -102,6 +106,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         continue;
       }
       const takeover = current?.status === 'in_progress';
+      // An expired record's steps went with it.
+      const steps = takeover && current.expiresAt > now ? current.steps : [];
       this.records.set(key, {
         fingerprint,
         status: 'in_progress',
@@ -109,10 +115,11 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         attempts: takeover ? current.attempts + 1 : 1,
         lockedUntil: now + timing.leaseSeconds * 1000,
         expiresAt: now + (timing.leaseSeconds + timing.ttlSeconds) * 1000,
+        steps,
         awaited: takeover ? current.awaited : false,
         lockHeld: holdsScope,
       });
-      return { claimed: true, takeover };
+      return steps.length > 0 ? { claimed: true, takeover, steps: copySteps(steps) } : { claimed: true, takeover };
     }
   }
 
@@ -143,37 +150,37 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         expiresAt: at + ttlSeconds * 1000,
       };
     };
-    const key = keyOf(scope);
     if (transaction === undefined) {
       const record = await this.lockedRecord(scope, (record) => isHeldBy(record, attempt));
       if (!record) return false;
       const done = completed(record);
+      const key = keyOf(scope);
       this.records.set(key, done);
       if (done.awaited) this.wake(key);
       return true;
     }
     this.ownTransaction(transaction, 'complete');
-    transaction.assertOpen();
-    for (;;) {
-      const lock = this.locks.get(key);
-      if (lock?.owner === transaction) {
-        // The transaction sees its own change.
-        const mine = transaction.changes.get(key);
-        if (!mine || !isHeldBy(mine, attempt)) return false;
-        transaction.changes.set(key, completed(mine));
-        return true;
-      }
-      const record = this.records.get(key);
-      if (!record || !isHeldBy(record, attempt)) return false;
-      if (lock) {
-        await lock.released;
-        transaction.assertOpen();
-        continue;
-      }
-      this.lock(key, transaction);
-      transaction.changes.set(key, completed(record));
+    return this.changeIn(transaction, { scope, attempt }, completed);
+  }
+
+  async recordStep(
+    { scope, attempt }: IdempotencyClaim,
+    step: StoredStep,
+    transaction?: StoreTransaction,
+  ): Promise<boolean> {
+    checkAttempt(attempt);
+    const stepped = (record: MemoryRecord): MemoryRecord => ({
+      ...record,
+      steps: [...record.steps, { name: step.name, result: step.result }],
+    });
+    if (transaction === undefined) {
+      const record = await this.lockedRecord(scope, (record) => isHeldBy(record, attempt));
+      if (!record) return false;
+      this.records.set(keyOf(scope), stepped(record));
       return true;
     }
+    this.ownTransaction(transaction, 'recordStep');
+    return this.changeIn(transaction, { scope, attempt }, stepped);
   }
 
   async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
@@ -181,7 +188,11 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     const record = await this.lockedRecord(scope, (record) => isHeldBy(record, attempt));
     if (!record) return false;
     const key = keyOf(scope);
-    this.records.delete(key);
+    if (record.steps.length === 0) this.records.delete(key);
+    else {
+      // Kept for the same request to resume from its steps: taken over at once, held by no attempt, awaited by none.
+      this.records.set(key, { ...record, attempt: '', lockedUntil: this.now(), awaited: false });
+    }
     if (record.awaited) this.wake(key);
     return true;
   }
@@ -238,7 +249,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       commit: (transaction) => {
         for (const [key, record] of transaction.changes) {
           this.records.set(key, record);
-          if (record.awaited) this.wake(key);
+          if (record.awaited && record.status === 'completed') this.wake(key);
         }
         this.unlock(transaction);
       },
@@ -265,6 +276,39 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       purged += 1;
     }
     return purged;
+  }
+
+  /**
+   * Changes the record `claim` holds inside `transaction`, locking it until the transaction ends; false when the claim
+   * is not held (as the transaction sees it: its own change, or the record once no other transaction writes it).
+   */
+  private async changeIn(
+    transaction: InMemoryStoreTransaction,
+    { scope, attempt }: IdempotencyClaim,
+    change: (record: MemoryRecord) => MemoryRecord,
+  ): Promise<boolean> {
+    const key = keyOf(scope);
+    transaction.assertOpen();
+    for (;;) {
+      const lock = this.locks.get(key);
+      if (lock?.owner === transaction) {
+        // The transaction sees its own change.
+        const mine = transaction.changes.get(key);
+        if (!mine || !isHeldBy(mine, attempt)) return false;
+        transaction.changes.set(key, change(mine));
+        return true;
+      }
+      const record = this.records.get(key);
+      if (!record || !isHeldBy(record, attempt)) return false;
+      if (lock) {
+        await lock.released;
+        transaction.assertOpen();
+        continue;
+      }
+      this.lock(key, transaction);
+      transaction.changes.set(key, change(record));
+      return true;
+    }
   }
 
   /**
@@ -317,7 +361,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
   }
 }
 
-/** A transaction of the in-memory store: the outcomes completed in it, applied on commit. */
+/** A transaction of the in-memory store: the outcomes and steps stored in it, applied on commit. */
 class InMemoryStoreTransaction implements StoreTransaction {
   /** The records this transaction changed, as it left them. */
   readonly changes = new Map<string, MemoryRecord>();
@@ -389,6 +433,10 @@ function existingRecord(record: MemoryRecord, now: number): ExistingRecord {
     };
   }
   return { status: 'in_progress', fingerprint: record.fingerprint };
+}
+
+function copySteps(steps: StoredStep[]): StoredStep[] {
+  return steps.map(({ name, result }) => ({ name, result }));
 }
 
 /** A copy, as a database returns one: what the caller does with it later changes nothing stored. */

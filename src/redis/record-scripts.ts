@@ -10,16 +10,20 @@ export const DEFAULT_KEY_PREFIX = 'idempotency:';
 // One record is one hash, at `<prefix>{<digest of its scope>}`: the braces make the digest its hash tag, so that every
 // key a record ever needs stays in one slot of a Redis Cluster. Its fields, short since every record carries them:
 //   a, e, k: account, endpoint, key (for the operator's reads); f: fingerprint; s: `in_progress` or `completed`;
-//   t: the attempt holding it; n: attempts at it; l: end of the lease (ms, Redis's clock; empty once completed);
-//   x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created, updated (ms);
-//   rs, rh, rb: the outcome's status, headers (JSON) and body.
+//   t: the attempt holding it (none once released with steps); n: attempts at it; l: end of the lease (ms, Redis's
+//   clock; empty once completed); x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created,
+//   updated (ms);
+//   rs, rh, rb: the outcome's status, headers (JSON) and body; p: the steps, a JSON array of `[name, result]` arrays
+//   (each one JSON-encoded by the store, so that the scripts append them as text without parsing any).
 // Every script reads Redis's clock (`TIME`) and touches one key, so it is atomic and single-slot; a record past `x` is
 // gone, since its key expires then. On a full server (`noeviction`) Redis refuses a script whose first write is one
 // that may grow memory (HSET), and lets the rest of a script through once it has written: so a claim writes with HSET
-// first (a full Redis takes no new work), and an outcome, a renewal and a waiter's mark write the key's expiry first
-// (PEXPIREAT, never refused), so that work Redis let start is never lost for want of memory.
+// first (a full Redis takes no new work), and an outcome, a step, a renewal and a waiter's mark write the key's expiry
+// first (PEXPIREAT, never refused), so that work Redis let start is never lost for want of memory: a step's effects
+// are done, and a retry without it would do them again.
 // ioredis sends a command again when its connection drops before the reply came (`autoResendUnfulfilledCommands`):
-// each script answers its resending as it answered the first sending (a claim of its own attempt, an outcome stored).
+// each script answers its resending as it answered the first sending (a claim of its own attempt, an outcome stored,
+// a step that is the last one already), but a release, whose resending is another release of a released claim (0).
 
 const NOW = `
 local clock = redis.call('TIME')
@@ -31,25 +35,26 @@ const HELD_BY_ATTEMPT = `r[1] == 'in_progress' and r[2] == ARGV[1] and tonumber(
 
 /**
  * The claim, deciding the four outcomes in one step. ARGV: fingerprint, attempt, lease (ms), ttl (ms), account,
- * endpoint, key. Returns `{'claimed'}`, `{'takeover'}` (same fingerprint, lapsed lease), `{'in_progress', fingerprint}`
- * or `{'completed', fingerprint, status, headers, body, ms left}`.
+ * endpoint, key. Returns `{'claimed'}`, `{'takeover', steps}` (same fingerprint, lapsed lease; `steps` as `p`, false
+ * when none), `{'in_progress', fingerprint}` or `{'completed', fingerprint, status, headers, body, ms left}`; a claim
+ * sent again answers `{'claimed' or 'takeover', steps}`.
  */
 const CLAIM = `${NOW}
 local fingerprint, attempt = ARGV[1], ARGV[2]
 local lease_until = now + tonumber(ARGV[3])
 local expires = lease_until + tonumber(ARGV[4])
-local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'x', 'n', 'rs', 'rh', 'rb', 't')
+local r = redis.call('HMGET', KEYS[1], 's', 'f', 'l', 'x', 'n', 'rs', 'rh', 'rb', 't', 'p')
 if r[1] and tonumber(r[4]) > now then
   if r[1] == 'completed' then return {'completed', r[2], r[6], r[7], r[8], tonumber(r[4]) - now} end
-  if r[9] == attempt then return {tonumber(r[5]) == 1 and 'claimed' or 'takeover'} end
+  if r[9] == attempt then return {tonumber(r[5]) == 1 and 'claimed' or 'takeover', r[10]} end
   if r[2] ~= fingerprint or tonumber(r[3]) > now then return {'in_progress', r[2]} end
   redis.call('HSET', KEYS[1], 't', attempt, 'n', tonumber(r[5]) + 1, 'l', lease_until, 'x', expires, 'u', now)
   redis.call('PEXPIREAT', KEYS[1], expires)
-  return {'takeover'}
+  return {'takeover', r[10]}
 end
 redis.call('HSET', KEYS[1], 'a', ARGV[5], 'e', ARGV[6], 'k', ARGV[7], 'f', fingerprint, 's', 'in_progress',
   't', attempt, 'n', 1, 'l', lease_until, 'x', expires, 'w', '0', 'c', now, 'u', now)
-if r[1] then redis.call('HDEL', KEYS[1], 'rs', 'rh', 'rb') end
+if r[1] then redis.call('HDEL', KEYS[1], 'rs', 'rh', 'rb', 'p') end
 redis.call('PEXPIREAT', KEYS[1], expires)
 return {'claimed'}
 `;
@@ -84,12 +89,38 @@ if r[4] == '1' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return 1
 `;
 
-/** The claim deleted by its holder; the waiters told. ARGV: attempt, channel, key (the message). Returns 1 or 0 (not held). */
+/**
+ * The claim given up by its holder: deleted, or, with steps, kept for the same request with its lease ended and no
+ * attempt holding it; the waiters told. ARGV: attempt, channel, key (the message). Returns 1 or 0 (not held).
+ */
 const RELEASE = `${NOW}
-local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w', 'p')
 if not (${HELD_BY_ATTEMPT}) then return 0 end
-redis.call('DEL', KEYS[1])
+if r[5] then
+  -- HDEL first: a write that never grows memory, so that a full Redis lets the rest through.
+  redis.call('HDEL', KEYS[1], 't')
+  redis.call('HSET', KEYS[1], 'l', now, 'w', '0', 'u', now)
+else
+  redis.call('DEL', KEYS[1])
+end
 if r[4] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return 1
+`;
+
+/**
+ * A step appended by the claim's holder, its lease lapsed or not. ARGV: attempt, the step as JSON (`[name, result]`).
+ * Returns 1 (also when it is the last step already: sent again), or 0 when not held.
+ */
+const RECORD_STEP = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'p')
+if not (${HELD_BY_ATTEMPT}) then return 0 end
+local steps, step = r[4], ARGV[2]
+-- The last step already is this one sent again (names are unique within an operation); the suffix is exactly the last
+-- step, since the quotes inside JSON strings are escaped.
+if steps and (steps == '[' .. step .. ']' or string.sub(steps, -#step - 2) == ',' .. step .. ']') then return 1 end
+redis.call('PEXPIREAT', KEYS[1], r[3])
+redis.call('HSET', KEYS[1], 'p', steps and string.sub(steps, 1, -2) .. ',' .. step .. ']' or '[' .. step .. ']',
+  'u', now)
 return 1
 `;
 
@@ -149,6 +180,7 @@ export const RECORD_SCRIPTS = {
   renew: new RecordScript(RENEW),
   complete: new RecordScript(COMPLETE),
   release: new RecordScript(RELEASE),
+  recordStep: new RecordScript(RECORD_STEP),
   markAwaited: new RecordScript(MARK_AWAITED),
   isHeld: new RecordScript(IS_HELD),
 };

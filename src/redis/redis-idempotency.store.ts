@@ -8,6 +8,7 @@ import type {
   IdempotencyScope,
   IdempotencyStore,
   StoredResponse,
+  StoredStep,
   StoreHealth,
   StoreHealthCheck,
   StoreTransaction,
@@ -80,9 +81,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const [answer, storedFingerprint, status, headers, body, leftMs] = reply;
     switch (answer.toString()) {
       case 'claimed':
-        return { claimed: true, takeover: false };
-      case 'takeover':
-        return { claimed: true, takeover: true };
+      case 'takeover': {
+        const claimed = { claimed: true, takeover: answer.toString() === 'takeover' } as const;
+        const steps = reply[1] ? stepsOf(reply[1]) : [];
+        return steps.length > 0 ? { ...claimed, steps } : claimed;
+      }
       case 'in_progress':
         return { claimed: false, existing: { status: 'in_progress', fingerprint: storedFingerprint.toString() } };
       default:
@@ -135,6 +138,19 @@ export class RedisIdempotencyStore implements IdempotencyStore {
     const key = this.keyOf(scope);
     const released = await RECORD_SCRIPTS.release.run(this.client, key, [attempt, this.channel, key]);
     return released === 1;
+  }
+
+  async recordStep(
+    { scope, attempt }: IdempotencyClaim,
+    step: StoredStep,
+    transaction?: StoreTransaction,
+  ): Promise<boolean> {
+    if (transaction !== undefined) throw this.noTransactions();
+    const recorded = await RECORD_SCRIPTS.recordStep.run(this.client, this.keyOf(scope), [
+      attempt,
+      JSON.stringify([step.name, step.result]),
+    ]);
+    return recorded === 1;
   }
 
   async markAwaited(scope: IdempotencyScope): Promise<boolean> {
@@ -194,6 +210,11 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   private noTransactions(): IdempotencySetupError {
     return new IdempotencySetupError(`The Redis idempotency store runs no transactional handler: ${NO_TRANSACTIONS}.`);
   }
+}
+
+/** A record's steps, as its `p` field holds them (record-scripts.ts). */
+function stepsOf(stored: Buffer): StoredStep[] {
+  return (JSON.parse(stored.toString()) as Array<[string, string]>).map(([name, result]) => ({ name, result }));
 }
 
 /**

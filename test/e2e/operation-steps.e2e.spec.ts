@@ -8,6 +8,7 @@ import {
   type IdempotencyStepFault,
 } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
+import type { IdempotencyStore } from '../../src/store/index.js';
 import { LedgerEntry } from '../support/ledger-entry.entity.js';
 import { describeOnStores } from '../support/on-each-store.js';
 import { useTestDatabase } from '../support/test-database.js';
@@ -233,12 +234,14 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
     }
   }
 
-  /** Makes the store refuse renewals of `key`, as a holder that stalls would stop sending them. */
+  /**
+   * Makes renewals of `key` extend nothing (answered as done), as a holder that stalls stops extending its lease: the
+   * lease lapses while its step runs.
+   */
   function stopRenewals(key: string): void {
-    const { store } = idempotency as unknown as { store: { renew: (...args: never[]) => Promise<boolean> } };
+    const { store } = idempotency as unknown as { store: IdempotencyStore };
     const renew = store.renew.bind(store);
-    store.renew = (async (claim: { scope: { key: string } }, ...rest: never[]) =>
-      claim.scope.key === key ? true : renew(claim as never, ...rest)) as never;
+    store.renew = async (claim, timing) => (claim.scope.key === key ? true : renew(claim, timing));
   }
 
   if (store === 'redis') {
