@@ -21,7 +21,10 @@ import { OperatorController } from './operator/operator.controller.js';
 import { OperatorTokenGuard } from './operator/operator-token.guard.js';
 import { PageController } from './page/page.controller.js';
 import { CreateSampleSchema1764633600001 } from './migrations/create-sample-schema.migration.js';
+import { AddReceipts1796774400001 } from './migrations/add-receipts.migration.js';
+import { ExternalLedger } from './external-ledger.js';
 import { FakePaymentProvider, PAYMENT_PROVIDER, type PaymentProvider } from './payment-provider.js';
+import { FakeReceiptMailer, RECEIPT_MAILER } from './receipt-mailer.js';
 import { PayoutJob } from './payouts/payout-job.entity.js';
 import { PayoutRequestsConsumer } from './payouts/payout-requests.consumer.js';
 import { PayoutWorker } from './payouts/payout-worker.js';
@@ -31,7 +34,11 @@ import { RefundsController } from './refunds/refunds.controller.js';
 import { RefundsService } from './refunds/refunds.service.js';
 import { SAMPLE_CONFIG, type SampleConfig } from './sample-config.js';
 
-export const SAMPLE_MIGRATIONS = [...idempotencyMigrations(), CreateSampleSchema1764633600001];
+export const SAMPLE_MIGRATIONS = [
+  ...idempotencyMigrations(),
+  CreateSampleSchema1764633600001,
+  AddReceipts1796774400001,
+];
 
 @Module({})
 export class AppModule implements NestModule {
@@ -93,6 +100,8 @@ export class AppModule implements NestModule {
         paymentProvider
           ? { provide: PAYMENT_PROVIDER, useValue: paymentProvider }
           : { provide: PAYMENT_PROVIDER, useClass: FakePaymentProvider },
+        ExternalLedger,
+        { provide: RECEIPT_MAILER, useClass: FakeReceiptMailer },
         { provide: APP_GUARD, useClass: ApiKeyGuard },
         OperatorTokenGuard,
         ChargesService,

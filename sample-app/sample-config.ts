@@ -49,11 +49,27 @@ export interface SampleConfig {
   operatorToken?: string;
   /** Where Prometheus scrapes the app's OpenTelemetry metrics (`METRICS_PORT`, path `/metrics`); none when unset. */
   metricsPort?: number;
-  /** Test-only: where a payout message's consumer stops until it is killed (`SAMPLE_PAUSE_AT`, `test-pause.ts`). */
+  /**
+   * Test-only: where a payout message's consumer, or a charge at one of its steps, stops until it is killed
+   * (`SAMPLE_PAUSE_AT`, `test-pause.ts`).
+   */
   pauseAt?: PausePoint;
 }
 
-export const PAUSE_POINTS = ['before-claim', 'after-provider', 'before-ack'] as const;
+/** The steps of a charge (`ChargesService.create`), in their order. */
+export const CHARGE_STEPS = ['create-charge', 'charge-card', 'record-result', 'send-receipt'] as const;
+export type ChargeStep = (typeof CHARGE_STEPS)[number];
+
+/** Where a payout message's consumer can stop. */
+export const PAYOUT_PAUSE_POINTS = ['before-claim', 'after-provider', 'before-ack'] as const;
+export type PayoutPausePoint = (typeof PAYOUT_PAUSE_POINTS)[number];
+
+// Each charge step's: inside it (its work done, its recovery point not yet recorded, its transaction not committed)
+// and after it (recorded).
+export const PAUSE_POINTS = [
+  ...PAYOUT_PAUSE_POINTS,
+  ...CHARGE_STEPS.flatMap((step) => [`in-step:${step}`, `after-step:${step}`] as const),
+] as const;
 export type PausePoint = (typeof PAUSE_POINTS)[number];
 
 export const SAMPLE_CONFIG = Symbol('SAMPLE_CONFIG');

@@ -1,5 +1,6 @@
 import { HttpStatus, Inject, Injectable } from '@nestjs/common';
 import type { Repository } from 'typeorm';
+import type { IdempotencyStep, JsonResult, StepOptions } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import { ApiError } from '../api-errors.js';
 import { newId } from '../ids.js';
@@ -10,42 +11,57 @@ import {
   type PaymentProvider,
   ProviderUnavailableError,
 } from '../payment-provider.js';
+import { RECEIPT_MAILER, type ReceiptMailer } from '../receipt-mailer.js';
+import { type ChargeStep, SAMPLE_CONFIG, type SampleConfig } from '../sample-config.js';
+import { pauseIfAt } from '../test-pause.js';
 import { Charge } from './charge.entity.js';
+
+/** What the card network answered: the provider's charge, or why the card was declined. */
+type CardResult = { providerChargeId: string } | { declined: string };
 
 @Injectable()
 export class ChargesService {
   constructor(
     @Inject(PAYMENT_PROVIDER) private readonly provider: PaymentProvider,
+    @Inject(RECEIPT_MAILER) private readonly mailer: ReceiptMailer,
     private readonly idempotency: PostgresIdempotencyContext,
+    @Inject(SAMPLE_CONFIG) private readonly config: SampleConfig,
   ) {}
 
   /**
-   * Charges the card through the provider, then records the charge. The provider gets a key derived from the
-   * request's idempotency key, so a retry after a crash is not charged twice. A declined card records nothing.
+   * A charge in four steps, each a recovery point of the request's idempotency key (docs/steps.md): a retry after a
+   * crash, or a failure the client may retry (the provider down), resumes after the last step recorded instead of
+   * doing it all again. The charge row, and then its result, commit with their steps; the provider and the mailer
+   * get each step's own key, so a step run again after a crash inside it is not charged or sent twice. A declined
+   * card is a final answer: the charge is recorded as failed, and the 402 is stored and replayed.
    */
   async create(account: string, input: ChargeInput): Promise<Charge> {
-    let providerChargeId: string;
-    try {
-      providerChargeId = await this.provider.charge({
-        account,
-        amount: input.amount,
-        currency: input.currency,
-        source: input.source,
-        idempotencyKey: this.idempotency.run?.deriveKey('provider'),
-      });
-    } catch (error) {
-      if (error instanceof CardDeclinedError) {
-        throw new ApiError(HttpStatus.PAYMENT_REQUIRED, 'card_error', 'card_declined', error.message);
-      }
-      if (error instanceof ProviderUnavailableError) {
-        throw new ApiError(HttpStatus.SERVICE_UNAVAILABLE, 'api_error', 'provider_unavailable', error.message);
-      }
-      throw error;
-    }
-    const charges = this.charges();
-    return charges.save(
-      charges.create({ id: newId('ch'), account, status: 'succeeded', amountRefunded: 0, providerChargeId, ...input }),
+    const chargeId = await this.step(
+      'create-charge',
+      async () => {
+        const charges = this.charges();
+        const charge = charges.create({ id: newId('ch'), account, status: 'pending', amountRefunded: 0, ...input });
+        return (await charges.save(charge)).id;
+      },
+      { transactional: true },
     );
+    const card = await this.step('charge-card', (step) => this.chargeCard(account, input, step));
+    await this.step(
+      'record-result',
+      async () => {
+        const result =
+          'declined' in card ? { status: 'failed' } : { status: 'succeeded', providerChargeId: card.providerChargeId };
+        await this.charges().update({ id: chargeId, account }, result);
+      },
+      { transactional: true },
+    );
+    if ('declined' in card) {
+      throw new ApiError(HttpStatus.PAYMENT_REQUIRED, 'card_error', 'card_declined', card.declined);
+    }
+    await this.step('send-receipt', (step) =>
+      this.mailer.send({ account, chargeId, amount: input.amount, currency: input.currency, idempotencyKey: step.key }),
+    );
+    return this.get(account, chargeId);
   }
 
   list(account: string, limit: number): Promise<Charge[]> {
@@ -65,7 +81,42 @@ export class ChargesService {
     return this.charges().save(charge);
   }
 
-  /** Inside a transactional idempotent request, its transaction's: the charge commits with the stored response. */
+  /** A declined card is the step's result; a provider that cannot be reached fails the step (the client retries). */
+  private async chargeCard(account: string, input: ChargeInput, step: IdempotencyStep): Promise<CardResult> {
+    try {
+      const { amount, currency, source } = input;
+      return {
+        providerChargeId: await this.provider.charge({ account, amount, currency, source, idempotencyKey: step.key }),
+      };
+    } catch (error) {
+      if (error instanceof CardDeclinedError) return { declined: error.message };
+      if (error instanceof ProviderUnavailableError) {
+        throw new ApiError(HttpStatus.SERVICE_UNAVAILABLE, 'api_error', 'provider_unavailable', error.message);
+      }
+      throw error;
+    }
+  }
+
+  /** A step of the charge; the crash tests stop the process inside it or after it (`SAMPLE_PAUSE_AT`). */
+  private async step<T>(
+    name: ChargeStep,
+    work: (step: IdempotencyStep) => Promise<T>,
+    options?: StepOptions,
+  ): Promise<JsonResult<T>> {
+    const result = await this.idempotency.step(
+      name,
+      async (step) => {
+        const value = await work(step);
+        pauseIfAt(this.config, `in-step:${name}`);
+        return value;
+      },
+      options,
+    );
+    pauseIfAt(this.config, `after-step:${name}`);
+    return result;
+  }
+
+  /** Inside a transactional request or step, its transaction's: the rows commit with the recovery point or outcome. */
   private charges(): Repository<Charge> {
     return this.idempotency.getRepository(Charge);
   }

@@ -8,8 +8,8 @@ import {
   type OnApplicationBootstrap,
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
-import { type Observable, of } from 'rxjs';
-import type { IdempotencyError } from '../protocol/idempotency.errors.js';
+import { catchError, type Observable, of, throwError } from 'rxjs';
+import { IdempotencyError } from '../protocol/idempotency.errors.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
@@ -128,10 +128,22 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
       await attempt.end({ response: undefined, failed: true, final: false });
       return of(undefined);
     }
+    // A refusal the handler's own work meets (a step whose recovery point the store could not record: 503) is
+    // answered as the module's refusals are, not as a fault of the handler's (500).
+    const refusing: CallHandler = {
+      handle: () =>
+        next
+          .handle()
+          .pipe(
+            catchError((error: unknown) =>
+              throwError(() => (error instanceof IdempotencyError ? this.refusal(error, call, context) : error)),
+            ),
+          ),
+    };
     const claimed = {
       plan,
       context,
-      next,
+      next: refusing,
       method: request.method,
       response,
       platform,

@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
 import { Logger } from '@nestjs/common';
-import type { PausePoint } from '../../sample-app/sample-config.js';
+import type { PayoutPausePoint } from '../../sample-app/sample-config.js';
 import { IdempotencyRun } from '../../src/index.js';
 import { type IdempotencyClaim } from '../../src/store/index.js';
 import { RecordingLogger } from '../support/recording-logger.js';
@@ -29,7 +29,7 @@ interface Held {
 }
 
 /** What the database holds while the process is stopped at each point. */
-const HELD_AT: Record<PausePoint, Held> = {
+const HELD_AT: Record<PayoutPausePoint, Held> = {
   'before-claim': { payouts: 0, providerPayouts: 0, record: null },
   // The provider paid; the payout row and the outcome are in the run's open transaction, which the kill rolls back.
   'after-provider': { payouts: 0, providerPayouts: 1, record: 'in_progress' },
@@ -44,8 +44,11 @@ const LEASE_SECONDS = '600';
 /** From the kill to the redelivery settled by the restarted process (its start, a few seconds, included). */
 const REDELIVERY_BOUND_MS = 30_000;
 
-const cases: Array<[Variant, PausePoint]> = (['event', 'request'] as const).flatMap((variant) =>
-  (['before-claim', 'after-provider', 'before-ack'] as const).map((point): [Variant, PausePoint] => [variant, point]),
+const cases: Array<[Variant, PayoutPausePoint]> = (['event', 'request'] as const).flatMap((variant) =>
+  (['before-claim', 'after-provider', 'before-ack'] as const).map((point): [Variant, PayoutPausePoint] => [
+    variant,
+    point,
+  ]),
 );
 
 for (const broker of SAMPLE_PAYOUT_BROKERS) {

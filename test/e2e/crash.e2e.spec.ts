@@ -1,150 +1,94 @@
 import { randomUUID } from 'node:crypto';
 import { once } from 'node:events';
-import { type HeldLock, holdLock, waitingForLock } from '../support/hold-lock.js';
-import { PLATFORMS, postCharge, type RunningApp, spawnSampleApp, startSampleApp } from '../support/sample-app.js';
-import { createTestDatabase, type TestDatabase } from '../support/test-database.js';
+import { CHARGE_STEPS, type ChargeStep } from '../../sample-app/sample-config.js';
+import {
+  type Platform,
+  PLATFORMS,
+  postCharge,
+  type RunningApp,
+  spawnSampleApp,
+  startSampleApp,
+} from '../support/sample-app.js';
+import { useTestDatabase } from '../support/test-database.js';
 import { waitFor } from '../support/wait-for.js';
 
 /**
- * A process of the sample app is SIGKILLed at each step of a charge; then a retry goes to another instance: in
- * standard mode after the lease lapses (1 s here), in transactional mode at once, its 30 s lease notwithstanding (the
- * dead process's transaction held the scope's lock; its session ended with it). The steps are reached by holding
- * database locks the step waits for.
+ * The crash matrix: the sample app's charge in steps (charge row -> card -> result -> receipt), its process SIGKILLed
+ * inside each step (its work done, its recovery point not recorded) and after each step (recorded), or after its
+ * outcome was stored; then the client retries on another instance: in standard mode once the lease lapses (1 s here),
+ * in transactional mode at once, its 30 s lease notwithstanding (the dead process's transaction held the scope's
+ * lock; its session ended with it). Whatever the point: one charge row, one provider charge, one receipt, and the
+ * retry's answer is the final one, replayed after. In standard mode this is the steps' doing (without them, a crash
+ * after the charge row committed wrote a second row); in transactional mode the whole charge rolls back and runs
+ * again, the external services deduplicating by the steps' keys.
  */
 type Mode = 'standard' | 'transactional';
-type Step = 'after the claim' | 'after the provider charged' | 'during the finalize' | 'after the commit';
+type Point = `${'in' | 'after'}-step:${ChargeStep}` | 'after the outcome';
 
 /** The doomed process's lease: what a standard-mode retry waits out, and what a transactional one need not. */
 const LEASE_SECONDS: Record<Mode, number> = { standard: 1, transactional: 30 };
 /** From the SIGKILL to the transactional retry that runs: far below its lease, with room for a loaded machine. */
 const TRANSACTIONAL_RETRY_BOUND_MS = 5_000;
 
+/** What the database holds once the process is dead. */
 interface Held {
   charges: number;
+  succeeded: number;
   providerCharges: number;
-  record: 'in_progress' | 'completed';
+  receipts: number;
 }
 
-interface Expected {
-  /** What the database holds once the process is dead. */
-  held: Held;
-  /** What the retry gets, and what the database holds after it. */
-  retry: 'runs' | 'replays';
-  after: { charges: number; providerCharges: number };
+const POINTS: Point[] = CHARGE_STEPS.flatMap((step): Point[] => [`in-step:${step}`, `after-step:${step}`]);
+
+const COMPLETED: Held = { charges: 1, succeeded: 1, providerCharges: 1, receipts: 1 };
+
+/** Standard mode: each step's writes and recovery point are there once it has been recorded, not before. */
+function heldInStandardMode(point: Point): Held {
+  if (point === 'after the outcome') return COMPLETED;
+  const [where, step] = point.split(':') as ['in-step' | 'after-step', ChargeStep];
+  const done = CHARGE_STEPS.indexOf(step) + (where === 'after-step' ? 1 : 0); // steps recorded
+  // The external services' work is done inside their step, before it is recorded.
+  const called = (external: ChargeStep) => CHARGE_STEPS.indexOf(step) >= CHARGE_STEPS.indexOf(external);
+  return {
+    charges: done >= 1 ? 1 : 0,
+    succeeded: done >= 3 ? 1 : 0,
+    providerCharges: called('charge-card') ? 1 : 0,
+    receipts: called('send-receipt') ? 1 : 0,
+  };
 }
 
-const scenarios: Array<[Mode, Step, Expected]> = [
-  [
-    'standard',
-    'after the claim',
-    {
-      held: { charges: 0, providerCharges: 0, record: 'in_progress' },
-      retry: 'runs',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-  [
-    'transactional',
-    'after the claim',
-    {
-      held: { charges: 0, providerCharges: 0, record: 'in_progress' },
-      retry: 'runs',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-  // The provider's ledger dedupes the repeated call by the derived key: one provider charge either way.
-  [
-    'standard',
-    'after the provider charged',
-    {
-      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
-      retry: 'runs',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-  [
-    'transactional',
-    'after the provider charged',
-    {
-      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
-      retry: 'runs',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-  // Standard mode's window: the charge row committed, the outcome did not; the retry writes a second row.
-  [
-    'standard',
-    'during the finalize',
-    {
-      held: { charges: 1, providerCharges: 1, record: 'in_progress' },
-      retry: 'runs',
-      after: { charges: 2, providerCharges: 1 },
-    },
-  ],
-  // Transactional mode closes it: the charge row and the outcome commit together, or neither does.
-  [
-    'transactional',
-    'during the finalize',
-    {
-      held: { charges: 0, providerCharges: 1, record: 'in_progress' },
-      retry: 'runs',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-  [
-    'standard',
-    'after the commit',
-    {
-      held: { charges: 1, providerCharges: 1, record: 'completed' },
-      retry: 'replays',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-  [
-    'transactional',
-    'after the commit',
-    {
-      held: { charges: 1, providerCharges: 1, record: 'completed' },
-      retry: 'replays',
-      after: { charges: 1, providerCharges: 1 },
-    },
-  ],
-];
+/** Transactional mode: nothing of the app's commits before the outcome; the external services' work stands. */
+function heldInTransactionalMode(point: Point): Held {
+  if (point === 'after the outcome') return COMPLETED;
+  return { ...heldInStandardMode(point), charges: 0, succeeded: 0 };
+}
 
-let db: TestDatabase;
+/** Transactional mode's cases: one inside and one after each external call, and the last point before the outcome. */
+const TRANSACTIONAL_POINTS: Point[] = ['in-step:charge-card', 'after-step:record-result', 'in-step:send-receipt'];
 
-beforeAll(async () => {
-  db = await createTestDatabase();
-});
+const db = useTestDatabase();
 
-afterAll(async () => {
-  await db?.drop();
-});
-
-async function heldFor(account: string, key: string): Promise<Held> {
+async function heldFor(account: string): Promise<Held> {
   const [row] = await db.query<Held>(
     `SELECT (SELECT count(*)::int FROM charges WHERE account = $1) AS charges,
+            (SELECT count(*)::int FROM charges WHERE account = $1 AND status = 'succeeded') AS succeeded,
             (SELECT count(*)::int FROM provider_charges WHERE account = $1) AS "providerCharges",
-            (SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2) AS record`,
-    [account, key],
+            (SELECT count(*)::int FROM mailer_receipts WHERE account = $1) AS receipts`,
+    [account],
   );
   return row;
 }
 
-describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', (platform) => {
-  const survivors = new Map<Mode, RunningApp>();
+describe('a charge in steps, its process SIGKILLed inside and after each step, then retried', () => {
+  const survivors = new Map<`${Mode} ${Platform}`, RunningApp>();
 
   beforeAll(async () => {
     for (const mode of ['standard', 'transactional'] as const) {
-      survivors.set(
-        mode,
-        await startSampleApp({
-          databaseUrl: db.url,
-          leaseSeconds: 1,
-          transactional: mode === 'transactional',
-          platform,
-        }),
-      );
+      for (const platform of PLATFORMS) {
+        const transactional = mode === 'transactional';
+        const survivor = await startSampleApp({ databaseUrl: db.url, leaseSeconds: 1, transactional, platform });
+        survivors.set(`${mode} ${platform}`, survivor);
+      }
     }
   });
 
@@ -152,76 +96,53 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
     for (const survivor of survivors.values()) await survivor.close();
   });
 
-  it.each(scenarios)('%s mode, %s', async (mode, step, expected) => {
-    const account = `sk_test_crash_${platform}_${mode}_${step.replace(/ /g, '_')}`;
+  // Every point in standard mode, on Express; transactional mode around the external calls, on both platforms; and
+  // the outcome stored before the kill, replayed in either mode.
+  const cases: Array<[Mode, Platform, Point, Held]> = [
+    ...POINTS.map((point): [Mode, Platform, Point, Held] => ['standard', 'express', point, heldInStandardMode(point)]),
+    ...PLATFORMS.flatMap((platform) =>
+      TRANSACTIONAL_POINTS.map((point): [Mode, Platform, Point, Held] => [
+        'transactional',
+        platform,
+        point,
+        heldInTransactionalMode(point),
+      ]),
+    ),
+    ['standard', 'express', 'after the outcome', COMPLETED],
+    ['transactional', 'fastify', 'after the outcome', COMPLETED],
+  ];
+
+  it.each(cases)('%s mode on %s, killed %s', async (mode, platform, point, held) => {
+    const account = `sk_test_crash_${mode}_${platform}_${point.replace(/\W+/g, '_')}`;
     const key = randomUUID();
-    const charge = { amount: 700, currency: 'eur' };
-    const application = `doomed_${randomUUID().slice(0, 8)}`;
-    const doomedUrl = new URL(db.url);
-    doomedUrl.searchParams.set('application_name', application);
+    const charge = { amount: 900, currency: 'eur' };
     const doomed = await spawnSampleApp({
-      DATABASE_URL: doomedUrl.toString(),
+      DATABASE_URL: db.url,
       IDEMPOTENCY_LEASE_SECONDS: String(LEASE_SECONDS[mode]),
       IDEMPOTENCY_TRANSACTIONAL: String(mode === 'transactional'),
       SAMPLE_PLATFORM: platform,
-      // After the claim, the provider call takes far longer than the test: the process dies inside it.
-      PROVIDER_DELAY_MS: step === 'after the claim' ? '600000' : '0',
+      ...(point === 'after the outcome' ? {} : { SAMPLE_PAUSE_AT: point }),
+      PAYOUT_WORKER: 'false',
     });
-    const locks: HeldLock[] = [];
     try {
-      if (step === 'after the provider charged' || step === 'during the finalize') {
-        locks.push(await holdLock(db.url, 'LOCK TABLE charges IN EXCLUSIVE MODE'));
-      }
-      const lost = postCharge(doomed.url, charge, key, account).then(
-        () => 'answered',
-        () => 'connection lost',
+      const answered = postCharge(doomed.url, charge, key, account).then(
+        (response) => response,
+        () => 'connection lost' as const,
       );
-      const recordExists = async () =>
-        (
-          await db.query('SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2', [
-            account,
-            key,
-          ])
-        )[0];
-      await waitFor(recordExists, 'the claim');
-      if (step === 'after the provider charged') {
-        await waitFor(waitingForLock(db, 'INSERT INTO "charges"%'), 'the charge insert to wait');
+      if (point === 'after the outcome') {
+        // The answer went out: the outcome was stored before it.
+        await expect(answered).resolves.toMatchObject({ status: 201 });
+      } else {
+        await waitFor(async () => (doomed.output().includes(`paused at ${point}`) ? true : undefined), point);
       }
-      if (step === 'during the finalize') {
-        await waitFor(waitingForLock(db, 'INSERT INTO "charges"%'), 'the charge insert to wait');
-        locks.push(
-          await holdLock(
-            db.url,
-            'SELECT 1 FROM idempotency_records WHERE account = $1 AND idempotency_key = $2 FOR UPDATE',
-            [account, key],
-          ),
-        );
-        await locks.shift()?.letGo();
-        // The outcome's UPDATE, not a lease renewal (which waits on the same row lock every third of the lease).
-        await waitFor(waitingForLock(db, "WITH changed AS (%SET status = 'completed'%"), 'the finalize to wait');
-      }
-      if (step === 'after the commit') {
-        await waitFor(async () => ((await recordExists())?.status === 'completed' ? true : undefined), 'the commit');
-      }
-
       const exited = once(doomed.child, 'exit');
       const killedAt = Date.now();
       doomed.child.kill('SIGKILL');
       await exited;
-      // Its sessions die with it, rolling back whatever it had not committed; but a session waiting for a lock (the
-      // test's) does not watch its client's socket until the wait ends, so those are ended here.
-      if (locks.length > 0) {
-        await db.query('SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1', [
-          application,
-        ]);
-      }
-      for (const lock of locks.splice(0)) await lock.letGo();
-      // After the commit the answer may have gone out before the kill; before it, it cannot have.
-      const answer = await lost;
-      if (step !== 'after the commit') expect(answer).toBe('connection lost');
-      await expect(heldFor(account, key)).resolves.toEqual(expected.held);
+      if (point !== 'after the outcome') await expect(answered).resolves.toBe('connection lost');
+      await expect(heldFor(account)).resolves.toEqual(held);
 
-      const survivor = survivors.get(mode) as RunningApp;
+      const survivor = survivors.get(`${mode} ${platform}`) as RunningApp;
       const retry = await waitFor(
         async () => {
           const response = await postCharge(survivor.url, charge, key, account);
@@ -233,13 +154,15 @@ describe.each(PLATFORMS)('a process SIGKILLed at each step of a charge, on %s', 
       const killToRetry = Date.now() - killedAt;
       expect(retry.status).toBe(201);
       if (mode === 'transactional') expect(killToRetry).toBeLessThan(TRANSACTIONAL_RETRY_BOUND_MS);
-      expect(retry.headers['idempotent-replay']).toBe(expected.retry === 'replays' ? 'true' : undefined);
-      const after = await heldFor(account, key);
-      expect(after).toEqual({ ...expected.after, record: 'completed' });
-      const ids = await db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
-      expect(ids.map((row) => row.id)).toContain(retry.body.id);
+      expect(retry.headers['idempotent-replay']).toBe(point === 'after the outcome' ? 'true' : undefined);
+      await expect(heldFor(account)).resolves.toEqual({ charges: 1, succeeded: 1, providerCharges: 1, receipts: 1 });
+      const [row] = await db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
+      expect(retry.body).toMatchObject({ id: row.id, status: 'succeeded' });
+
+      const replay = await postCharge(survivor.url, charge, key, account).expect(201);
+      expect(replay.headers['idempotent-replay']).toBe('true');
+      expect(replay.body).toEqual(retry.body);
     } finally {
-      for (const lock of locks) await lock.letGo();
       await doomed.close();
     }
   });
