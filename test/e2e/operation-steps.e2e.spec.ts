@@ -1,6 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
+import { Controller, Headers, Post } from '@nestjs/common';
+import request from 'supertest';
 import {
+  Idempotent,
   IdempotencyContext,
   type IdempotencyRun,
   IdempotencyService,
@@ -12,7 +15,15 @@ import type { IdempotencyStore } from '../../src/store/index.js';
 import { LedgerEntry } from '../support/ledger-entry.entity.js';
 import { describeOnStores } from '../support/on-each-store.js';
 import { useTestDatabase } from '../support/test-database.js';
-import { recordsOn, startTestContext, type StandardStore, type TestContext } from '../support/test-app.js';
+import { holdLock } from '../support/hold-lock.js';
+import {
+  recordsOn,
+  startTestApp,
+  startTestContext,
+  type StandardStore,
+  type TestContext,
+} from '../support/test-app.js';
+import { waitFor } from '../support/wait-for.js';
 
 /**
  * Steps of `execute()`'s operations on each store: a later attempt skips the steps an earlier one recorded and gets
@@ -350,4 +361,67 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
       });
     });
   }
+});
+
+/** Gates the next step of `StepsController` until the test opens it. */
+let stepGate: Promise<void> = Promise.resolve();
+let stepRuns = 0;
+
+@Controller('stepped')
+class StepsController {
+  constructor(private readonly idempotency: IdempotencyContext) {}
+
+  @Post()
+  @Idempotent()
+  async create(@Headers('idempotency-key') key: string) {
+    const written = await this.idempotency.step('write', async () => {
+      stepRuns += 1;
+      await stepGate;
+      return { key };
+    });
+    return { written };
+  }
+}
+
+describe('a step of an HTTP route whose recovery point the database does not record in time', () => {
+  it('is answered 503 idempotency_store_unavailable with Retry-After, and the retry gets the final answer', async () => {
+    const app = await startTestApp({
+      database: db,
+      controllers: [StepsController],
+      idempotency: { singleTenant: true, storeTimeoutSeconds: 1, retryAfterSeconds: 2 },
+    });
+    try {
+      const key = randomUUID();
+      let open!: () => void;
+      stepGate = new Promise<void>((resolve) => (open = resolve));
+      const first = request(app.url)
+        .post('/stepped')
+        .set('Idempotency-Key', key)
+        .send({})
+        .then((response) => response);
+      // The record is claimed and the step runs: its row is locked away before the step records its result.
+      await waitFor(async () => (stepRuns > 0 ? true : undefined), 'the step to run');
+      const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [
+        key,
+      ]);
+      try {
+        open();
+        const refused = await first;
+        expect(refused.status).toBe(503);
+        expect(refused.headers['retry-after']).toBe('2');
+        expect(refused.body).toMatchObject({ statusCode: 503, error: 'idempotency_store_unavailable' });
+      } finally {
+        await lock.letGo();
+      }
+      const retry = await waitFor(async () => {
+        const response = await request(app.url).post('/stepped').set('Idempotency-Key', key).send({});
+        return response.status === 409 ? undefined : response;
+      }, 'the released key');
+      expect(retry.status).toBe(201);
+      expect(retry.body).toEqual({ written: { key } });
+    } finally {
+      stepGate = Promise.resolve();
+      await app.close();
+    }
+  });
 });
