@@ -9,8 +9,8 @@ type ListedState = (typeof LISTED_STATES)[number];
 
 /**
  * What the page's operator view reads and does, through the library's `IdempotencyOperator`: the records by state,
- * a key's records (attempt, lease; never a body), and a release fenced on the attempt the operator was shown.
- * Behind the operator's token, not an API key (`OperatorTokenGuard`).
+ * a key's records (attempt, steps' names, lease; never a body), and a release fenced on the attempt the operator was
+ * shown (which discards the steps). Behind the operator's token, not an API key (`OperatorTokenGuard`).
  */
 @Controller('operator')
 @Public()

@@ -25,7 +25,8 @@ export function describeRecord(record: OperatorRecord, now: Date): string {
     ['account', record.account],
     ['endpoint', record.endpoint],
     ['state', `${record.state} (${STATE_MEANINGS[record.state]})`],
-    ['attempt', `${record.attempt} (${record.attempts} attempt${record.attempts === 1 ? '' : 's'} so far)`],
+    ['attempt', attemptOf(record)],
+    ['steps', stepsOf(record.steps)],
     ['holder', holderOf(record)],
     ['created', record.createdAt.toISOString()],
     [
@@ -54,6 +55,30 @@ export function recordJson(record: OperatorRecord): Record<string, unknown> {
 
 export function describeRelease(result: OperatorReleaseResult): string {
   return RELEASE_MEANINGS[result.outcome];
+}
+
+/** Longest list of step names shown whole; a longer one shows its first and last names (the recovery point). */
+const STEPS_SHOWN = 10;
+
+function attemptOf(record: OperatorRecord): string {
+  const count = `${record.attempts} attempt${record.attempts === 1 ? '' : 's'} so far`;
+  // On Redis, a record released with its steps has no attempt: --attempt '' releases it.
+  return record.attempt === '' ? `none (released with its steps; ${count})` : `${record.attempt} (${count})`;
+}
+
+/** The steps' names in order, the last one the recovery point, and how many: `create-charge, charge-card (2)`. */
+function stepsOf(steps: string[]): string {
+  if (steps.length === 0) return '-';
+  const names = steps.map(stepName);
+  const shown =
+    names.length <= STEPS_SHOWN ? names : [...names.slice(0, 3), `… ${names.length - 6} more …`, ...names.slice(-3)];
+  return `${shown.join(', ')} (${steps.length})`;
+}
+
+/** A name as it is, unless it could be misread in the list (a comma, a quote, spaces around it, a control character). */
+function stepName(name: string): string {
+  // eslint-disable-next-line no-control-regex
+  return /[,"\u0000-\u001f\u007f]|^\s|\s$/.test(name) ? JSON.stringify(name) : name;
 }
 
 function holderOf(record: OperatorRecord): string {

@@ -22,8 +22,10 @@ import { changeChannel, type RecordStatements, recordStatements } from './record
  */
 export type OperatorQuery = (text: string, values: unknown[]) => Promise<Record<string, unknown>[]>;
 
+// The steps' names only (a JSON array of strings, in order): their results may be sealed, or sensitive.
 const COLUMNS = `account, endpoint, idempotency_key, status, attempt::text AS attempt, attempts, lock_held, awaited,
   created_at, locked_until, completed_at, expires_at, response_status, octet_length(response_body) AS body_bytes,
+  COALESCE(jsonb_path_query_array(steps, '$[*].name'), '[]'::jsonb) AS step_names,
   CASE WHEN expires_at <= now() THEN 'expired' WHEN status = 'completed' THEN 'completed'
        WHEN locked_until <= now() THEN 'lease-lapsed' ELSE 'running' END AS state`;
 
@@ -116,12 +118,16 @@ export class IdempotencyOperator implements IdempotencyOperations {
   }
 
   /**
-   * Deletes the in-progress record of `scope` if `attempt` still holds it, in one statement (the store's own release,
-   * which wakes the attempts waiting for it); a completed record is never released. When nothing was deleted, the
-   * record is read again to say why.
+   * Deletes the in-progress record of `scope` if `attempt` still holds it, steps and all, in one statement that wakes
+   * the attempts waiting for it, as the store's release does (which, unlike this one, keeps a record with steps for its
+   * request to resume); a completed record is never released. A record released with its steps has the token its
+   * release gave it, as `inspect()` shows. When nothing was deleted, the record is read again to say why.
    */
   async release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult> {
-    const [{ count }] = await this.query(this.statements.release.text, [
+    // '' is a Redis record's attempt once released with its steps; every record here has a token (and the uuid column
+    // would refuse ''): it holds none of them.
+    if (attempt === '') return releaseResult(false, () => this.inspect(scope));
+    const [{ count }] = await this.query(this.statements.discard.text, [
       scope.account,
       scope.endpoint,
       scope.key,
@@ -185,6 +191,7 @@ function toRecord(row: Record<string, unknown>): OperatorRecord {
     expiresAt: row.expires_at as Date,
     responseStatus: row.response_status as number | null,
     bodyBytes: row.body_bytes as number | null,
+    steps: row.step_names as string[],
     ...(row.response_body === undefined || row.response_body === null ? {} : { body: row.response_body as Buffer }),
   };
 }

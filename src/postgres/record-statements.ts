@@ -9,6 +9,11 @@ export interface RecordStatements {
   renew: Statement;
   complete: Statement;
   release: Statement;
+  /**
+   * The operator's release: the record deleted, steps and all, if the attempt holds it in progress (lease lapsed or
+   * not), waking its waiters as a release does; never the store's (whose release keeps a record with steps).
+   */
+  discard: Statement;
   /** A step of the attempt holding the claim, appended to the record's (`recordStep`). */
   recordStep: Statement;
   markAwaited: Statement;
@@ -158,6 +163,10 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     LEFT JOIN LATERAL (
       SELECT pg_notify('${channel}', md5($1 || chr(10) || $2 || chr(10) || $3)) WHERE changed.awaited
     ) AS each_row ON true`);
+  // The operator's release (IdempotencyOperator): fenced as the store's, but a record with steps is deleted too, so that
+  // the next request of the key starts the operation anew. For a record released with its steps, the attempt is the
+  // token its release gave it, which the operator read.
+  const discard = prepared(notifying(`DELETE FROM ${table} WHERE ${held} RETURNING awaited`));
   // Fenced as an outcome is; a step in the attempt's transaction commits with the step's own writes.
   const recordStep = prepared(
     countingRows(`
@@ -188,7 +197,17 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       AND expires_at <= now()
     RETURNING 1`),
   );
-  return { claim, renew, complete, release, recordStep, markAwaited, purge, ...batchStatements(table, channel) };
+  return {
+    claim,
+    renew,
+    complete,
+    release,
+    discard,
+    recordStep,
+    markAwaited,
+    purge,
+    ...batchStatements(table, channel),
+  };
 }
 
 /**

@@ -7,6 +7,11 @@ export type RedisClient = Redis | Cluster;
 /** What the records' keys (and the store's channel) start with unless the application says (`keyPrefix`). */
 export const DEFAULT_KEY_PREFIX = 'idempotency:';
 
+/** The channel the store's waiters listen on, told a record's key when it is completed, released or discarded. */
+export function outcomeChannel(keyPrefix: string): string {
+  return `${keyPrefix}outcomes`;
+}
+
 // One record is one hash, at `<prefix>{<digest of its scope>}`: the braces make the digest its hash tag, so that every
 // key a record ever needs stays in one slot of a Redis Cluster. Its fields, short since every record carries them:
 //   a, e, k: account, endpoint, key (for the operator's reads); f: fingerprint; s: `in_progress` or `completed`;
@@ -23,7 +28,8 @@ export const DEFAULT_KEY_PREFIX = 'idempotency:';
 // are done, and a retry without it would do them again.
 // ioredis sends a command again when its connection drops before the reply came (`autoResendUnfulfilledCommands`):
 // each script answers its resending as it answered the first sending (a claim of its own attempt, an outcome stored,
-// a step that is the last one already), but a release, whose resending is another release of a released claim (0).
+// a step that is the last one already), but a release (and the operator's discard), whose resending is another
+// release of a released claim (0).
 
 const NOW = `
 local clock = redis.call('TIME')
@@ -108,6 +114,20 @@ return 1
 `;
 
 /**
+ * The operator's release (`RedisIdempotencyOperator`): the record deleted, steps and all, if it is in progress and the
+ * attempt holds it (its lease live or lapsed), or, for a record released with its steps (no `t`), if the attempt given
+ * is `''`, as the operator reads it; the waiters told. Never a completed record. ARGV: attempt, channel, key (the
+ * message). Returns 1 or 0 (not held).
+ */
+const DISCARD = `${NOW}
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
+if not (r[1] == 'in_progress' and (r[2] or '') == ARGV[1] and tonumber(r[3]) > now) then return 0 end
+redis.call('DEL', KEYS[1])
+if r[4] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
+return 1
+`;
+
+/**
  * A step appended by the claim's holder, its lease lapsed or not. ARGV: attempt, the step as JSON (`[name, result]`).
  * Returns 1 (also when it is the last step already: sent again), or 0 when not held.
  */
@@ -174,12 +194,13 @@ export class RecordScript {
   }
 }
 
-/** The store's scripts, each one round trip. */
+/** The store's scripts (and its operator's `discard`), each one round trip. */
 export const RECORD_SCRIPTS = {
   claim: new RecordScript(CLAIM),
   renew: new RecordScript(RENEW),
   complete: new RecordScript(COMPLETE),
   release: new RecordScript(RELEASE),
+  discard: new RecordScript(DISCARD),
   recordStep: new RecordScript(RECORD_STEP),
   markAwaited: new RecordScript(MARK_AWAITED),
   isHeld: new RecordScript(IS_HELD),

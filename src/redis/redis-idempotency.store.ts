@@ -16,7 +16,7 @@ import type {
 import { within } from '../protocol/store-bounds.js';
 import { RecordPolling } from '../store-kit/record-polling.js';
 import { OutcomeSubscription } from './outcome-subscription.js';
-import { DEFAULT_KEY_PREFIX, RECORD_SCRIPTS, type RedisClient } from './record-scripts.js';
+import { DEFAULT_KEY_PREFIX, outcomeChannel, RECORD_SCRIPTS, type RedisClient } from './record-scripts.js';
 import { checkRedisServers } from './redis-server-check.js';
 
 export interface RedisStoreOptions {
@@ -54,7 +54,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
   ) {
     this.prefix = options.keyPrefix ?? DEFAULT_KEY_PREFIX;
     refuseKeyPrefixes(client, this.prefix);
-    this.channel = `${this.prefix}outcomes`;
+    this.channel = outcomeChannel(this.prefix);
     const isHeld = async (scope: IdempotencyScope) =>
       (await RECORD_SCRIPTS.isHeld.run(this.client, this.keyOf(scope), [])) === 1;
     this.outcomeWaits =

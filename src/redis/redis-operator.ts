@@ -11,12 +11,15 @@ import {
   type OperatorStateCounts,
   releaseResult,
 } from '../store-kit/operator-records.js';
-import { DEFAULT_KEY_PREFIX, type RedisClient } from './record-scripts.js';
+import { DEFAULT_KEY_PREFIX, outcomeChannel, RECORD_SCRIPTS, type RedisClient } from './record-scripts.js';
 import { RedisIdempotencyStore, type RedisStoreOptions } from './redis-idempotency.store.js';
 import { primariesOf } from './redis-primaries.js';
 
-/** The fields of a record the operator reads (record-scripts.ts), in this order; the body apart, read when asked. */
-const FIELDS = ['a', 'e', 'k', 's', 't', 'n', 'l', 'x', 'w', 'c', 'u', 'rs'] as const;
+/**
+ * The fields of a record the operator reads (record-scripts.ts), in this order; the body apart, read when asked. The
+ * steps (`p`) are read whole, since a hash field is, and only their names kept.
+ */
+const FIELDS = ['a', 'e', 'k', 's', 't', 'n', 'l', 'x', 'w', 'c', 'u', 'rs', 'p'] as const;
 
 /** Keys a SCAN call is asked for, and so the records one pipeline reads at most. */
 const SCAN_COUNT = 500;
@@ -36,12 +39,16 @@ type RecordOrder = (a: FoundRecord, b: FoundRecord) => number;
  * record under the prefix (SCAN on every primary of a cluster, each page read in one pipeline), O(records) whatever the
  * limit: for an operator, never a request path. States are told on Redis's clock, as the store's scripts tell them.
  * `expired` is never seen (an expired record's key is gone) and `holder-gone` never happens (no attempt holds a
- * transaction on Redis); `purgeExpired()` has nothing to do.
+ * transaction on Redis); `purgeExpired()` has nothing to do. A record released with its steps (in progress, its lease
+ * ended, for its request to resume) has no attempt on Redis: its `attempt` reads as `''`, and `release()` takes `''`
+ * for it.
  */
 export class RedisIdempotencyOperator implements IdempotencyOperations {
-  /** A store of its own on the client, for the records' keys and the store's own release (which wakes waiters). */
+  /** A store of its own on the client, for the records' keys. */
   private readonly records: RedisIdempotencyStore;
   private readonly pattern: string;
+  /** The store's channel, on which a release wakes the attempts waiting for the record. */
+  private readonly channel: string;
 
   constructor(
     private readonly client: RedisClient,
@@ -51,6 +58,7 @@ export class RedisIdempotencyOperator implements IdempotencyOperations {
     // Its waits poll, so that it never opens a subscriber connection: the operator waits for nothing.
     this.records = new RedisIdempotencyStore(client, { keyPrefix: options.keyPrefix, outcomeWaits: 'polling' });
     this.pattern = `${escapeGlob(options.keyPrefix ?? DEFAULT_KEY_PREFIX)}{*`;
+    this.channel = outcomeChannel(options.keyPrefix ?? DEFAULT_KEY_PREFIX);
   }
 
   /** The record of one scope, or `undefined`. */
@@ -99,12 +107,16 @@ export class RedisIdempotencyOperator implements IdempotencyOperations {
   }
 
   /**
-   * Deletes the in-progress record of `scope` if `attempt` still holds it, lease lapsed or not, in one script (the
-   * store's own release, which wakes the attempts waiting for it); a completed record is never released. When nothing
-   * was deleted, the record is read again to say why.
+   * Deletes the in-progress record of `scope` if `attempt` still holds it, lease lapsed or not, steps and all, in one
+   * script that wakes the attempts waiting for it on the store's channel, as the store's release does (which, unlike
+   * this one, keeps a record with steps for its request to resume); a completed record is never released. A record
+   * released with its steps is held by no attempt: `''` (as `inspect()` reads its attempt) releases it. When nothing was
+   * deleted, the record is read again to say why.
    */
   async release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult> {
-    return releaseResult(await this.records.release({ scope, attempt }), () => this.inspect(scope));
+    const key = this.records.keyOf(scope);
+    const deleted = await RECORD_SCRIPTS.discard.run(this.client, key, [attempt, this.channel, key]);
+    return releaseResult(deleted === 1, () => this.inspect(scope));
   }
 
   /** Nothing to purge: each record's key expires on its own. */
@@ -190,6 +202,7 @@ function toRecord(fields: Array<string | null>, bodyBytes: number, now: number):
     created,
     updated,
     response,
+    steps,
   ] = fields;
   if (status !== 'in_progress' && status !== 'completed') return undefined;
   const completed = status === 'completed';
@@ -200,6 +213,7 @@ function toRecord(fields: Array<string | null>, bodyBytes: number, now: number):
     key: key ?? '',
     state: completed ? 'completed' : (lease ?? 0) > now ? 'running' : 'lease-lapsed',
     status,
+    // None once released with its steps: no attempt holds it.
     attempt: attempt ?? '',
     attempts: Number(attempts),
     holderTransaction: false,
@@ -211,6 +225,7 @@ function toRecord(fields: Array<string | null>, bodyBytes: number, now: number):
     expiresAt: new Date(Number(expiresAt)),
     responseStatus: completed ? Number(response) : null,
     bodyBytes: completed ? bodyBytes : null,
+    steps: steps ? (JSON.parse(steps) as Array<[string, string]>).map(([name]) => name) : [],
   };
 }
 

@@ -25,7 +25,11 @@ export interface OperatorRecord {
   state: OperatorRecordState;
   /** The stored status: `in_progress` or `completed`. */
   status: 'in_progress' | 'completed';
-  /** The token of the attempt that holds (or held) the claim: what `release()` is fenced on. */
+  /**
+   * The token of the attempt that holds (or held) the claim: what `release()` is fenced on. A record released with its
+   * steps is held by no attempt: on PostgreSQL its release gave it a token of its own (no attempt's), on Redis it has
+   * none and reads as `''`, which `release()` is then given.
+   */
   attempt: string;
   /** How many attempts claimed it: more than 1 after takeovers. */
   attempts: number;
@@ -42,6 +46,12 @@ export interface OperatorRecord {
   responseStatus: number | null;
   /** The stored body's size in bytes; `null` while in progress. */
   bodyBytes: number | null;
+  /**
+   * The names of the steps its attempts recorded, in order: in progress, the last one is the operation's recovery point
+   * (the next attempt resumes after it); completed, the steps its operation went through. `[]` when none. Their results
+   * are never read (they may be sealed, or sensitive).
+   */
+  steps: string[];
   /** The stored body itself, only when asked for (`{ body: true }`). */
   body?: Buffer;
 }
@@ -87,14 +97,18 @@ export interface IdempotencyOperations {
   list(state: Exclude<OperatorRecordState, 'holder-gone'>, options?: OperatorReadOptions): Promise<OperatorRecord[]>;
   /** How many records stand in each state. */
   countByState(): Promise<OperatorStateCounts>;
-  /** Deletes the in-progress record of `scope` if `attempt` still holds it; says why not otherwise. */
+  /**
+   * Deletes the in-progress record of `scope`, steps and all, if `attempt` still holds it; says why not otherwise. Unlike
+   * the store's own release (which keeps a record with steps for its request to resume), the next request of the key
+   * starts the operation anew.
+   */
   release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult>;
   /** Deletes every expired record now; how many it deleted. */
   purgeExpired(batchSize?: number): Promise<number>;
 }
 
 /**
- * What a fenced release did, from whether the store's own release deleted the record and, when it did not, the record
+ * What a fenced release did, from whether the operator's delete deleted the record and, when it did not, the record
  * read again after it: gone (`not-found`), completed, or held by another attempt than the one the operator saw.
  */
 export async function releaseResult(

@@ -65,6 +65,7 @@ interface Shown {
   holderTransaction: boolean;
   responseStatus: number | null;
   bodyBytes: number | null;
+  steps: string[];
   body?: string;
   bodyEncoding?: string;
 }
@@ -89,6 +90,8 @@ afterAll(async () => {
 describe('the operator command-line tool, as a process, on records of real apps', () => {
   let app: RunningApp;
   let shortLived: RunningApp;
+  /** In standard mode: a step's recovery point commits on its own, and outlives a release (a 503). */
+  let standard: RunningApp;
   const doomed: SpawnedApp[] = [];
   const account = `sk_test_operator_${randomUUID().slice(0, 8)}`;
   const keys = {
@@ -102,6 +105,7 @@ describe('the operator command-line tool, as a process, on records of real apps'
     db = await createTestDatabase();
     app = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4 });
     shortLived = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, ttlSeconds: 1 });
+    standard = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, transactional: false });
     // Each charges through a provider that never answers within the test: the record stays in progress.
     const holder = await spawnSampleApp({
       DATABASE_URL: db.url,
@@ -132,6 +136,7 @@ describe('the operator command-line tool, as a process, on records of real apps'
     for (const process of doomed) await stopProcess(process.child);
     await app?.close();
     await shortLived?.close();
+    await standard?.close();
     await db?.drop();
   });
 
@@ -187,6 +192,8 @@ describe('the operator command-line tool, as a process, on records of real apps'
         status: 'completed',
         attempts: 1,
         responseStatus: 201,
+        // The charge's four steps, kept by its completed record; in the app's transactional mode they committed with it.
+        steps: ['create-charge', 'charge-card', 'record-result', 'send-receipt'],
       }),
     ]);
     expect(value[0].bodyBytes).toBeGreaterThan(0);
@@ -195,6 +202,7 @@ describe('the operator command-line tool, as a process, on records of real apps'
     const human = await cli(['inspect', '--key', keys.completed, '--account', account, '--endpoint', ENDPOINT]);
     expect(human.code).toBe(0);
     expect(human.stdout).toMatch(/^state {4}completed \(completed: its outcome is replayed\)$/m);
+    expect(human.stdout).toMatch(/^steps {4}create-charge, charge-card, record-result, send-receipt \(4\)$/m);
     expect(human.stdout).toContain('(not shown; --body shows it)');
     expect(human.stdout).not.toContain('"amount"');
 
@@ -233,10 +241,19 @@ describe('the operator command-line tool, as a process, on records of real apps'
     }, 'both killed attempts to be stuck');
     expect(stuck).toEqual(
       expect.arrayContaining([
-        expect.objectContaining({ key: keys.holder, state: 'holder-gone', holderTransaction: true }),
-        expect.objectContaining({ key: keys.leased, state: 'lease-lapsed', holderTransaction: false }),
+        // Killed inside its second step: in transactional mode the first one was to commit with the request's
+        // transaction, which died; in standard mode it is the recovery point.
+        expect.objectContaining({ key: keys.holder, state: 'holder-gone', holderTransaction: true, steps: [] }),
+        expect.objectContaining({
+          key: keys.leased,
+          state: 'lease-lapsed',
+          holderTransaction: false,
+          steps: ['create-charge'],
+        }),
       ]),
     );
+    expect((await cli(['inspect', '--key', keys.leased])).stdout).toMatch(/^steps {4}create-charge \(1\)$/m);
+    expect((await cli(['inspect', '--key', keys.holder])).stdout).toMatch(/^steps {4}-$/m);
     const held = stuck.find((shown) => shown.key === keys.holder) as Shown;
     const scope = ['--account', account, '--endpoint', ENDPOINT, '--key', keys.holder];
 
@@ -256,6 +273,36 @@ describe('the operator command-line tool, as a process, on records of real apps'
     expect(retry.status).toBe(201);
     expect(retry.headers['idempotent-replay']).toBeUndefined();
     expect((await json<Shown[]>(['stuck'])).value.map((shown) => shown.key)).toEqual([keys.leased]);
+  });
+
+  it('shows a record released with its steps (a 503 in standard mode) as stuck with them, and releases it, steps and all, fenced on the token shown', async () => {
+    const key = `provider-down-${randomUUID()}`;
+    const down = await postCharge(standard.url, { ...CHARGE, source: 'tok_providerDown' }, key, account);
+    expect(down.status).toBe(503);
+    // Kept for the same request to resume after its charge row: its lease ended, a token of its own.
+    const [kept] = (await json<Shown[]>(['inspect', '--key', key])).value;
+    expect(kept).toMatchObject({ state: 'lease-lapsed', status: 'in_progress', steps: ['create-charge'] });
+    expect((await json<Shown[]>(['stuck'])).value.find((shown) => shown.key === key)).toEqual(kept);
+    const human = await cli(['inspect', '--key', key]);
+    expect(human.stdout).toMatch(/^state {4}lease-lapsed /m);
+    expect(human.stdout).toMatch(/^steps {4}create-charge \(1\)$/m);
+    // Another request of the key is refused while the record stands: the key reused for another request.
+    expect((await postCharge(standard.url, { ...CHARGE, amount: 1300 }, key, account)).status).toBe(422);
+
+    const scope = ['--account', account, '--endpoint', ENDPOINT, '--key', key];
+    const wrong = await json<{ outcome: string; record: Shown }>(['release', ...scope, '--attempt', randomUUID()]);
+    expect(wrong).toMatchObject({ code: 1, value: { outcome: 'other-attempt', record: { attempt: kept.attempt } } });
+    const released = await cli(['release', ...scope, '--attempt', kept.attempt]);
+    expect(released).toMatchObject({ code: 0, stdout: 'Released: the next request with this key runs the handler.\n' });
+    expect((await cli(['inspect', '--key', key])).code).toBe(1);
+    // Steps and all: another request of the key is a new claim, charged from its first step.
+    const next = await postCharge(standard.url, { ...CHARGE, amount: 1300 }, key, account);
+    expect(next.status).toBe(201);
+    expect(next.headers['idempotent-replay']).toBeUndefined();
+    expect((await json<Shown[]>(['inspect', '--key', key])).value[0]).toMatchObject({
+      state: 'completed',
+      attempts: 1,
+    });
   });
 
   it('purges expired records now and says how many, on a schema-qualified table name', async () => {
@@ -364,6 +411,34 @@ describeWith(redis, 'the operator command-line tool on Redis (REDIS_URL), on rec
       code: 0,
       stdout: 'Purged 0 expired records.\n',
     });
+  });
+
+  it("shows a record released with its steps as held by no attempt, and releases it, steps and all, with --attempt ''", async () => {
+    const store = new RedisIdempotencyStore(client, { keyPrefix });
+    const scope = { account, endpoint: ENDPOINT, key: `steps-${randomUUID()}` };
+    const attempt = await claimOnRedis(store, scope, 'running');
+    for (const name of ['create-charge', 'charge-card']) {
+      expect(await store.recordStep({ scope, attempt }, { name, result: '{"secret":true}' })).toBe(true);
+    }
+    expect(await store.release({ scope, attempt })).toBe(true);
+    const shown = (await json<Shown[]>(['inspect', '--key', scope.key, ...withPrefix], onRedis)).value;
+    expect(shown).toEqual([
+      expect.objectContaining({ state: 'lease-lapsed', attempt: '', steps: ['create-charge', 'charge-card'] }),
+    ]);
+    const human = await cli(['inspect', '--key', scope.key, ...withPrefix], onRedis);
+    expect(human.stdout).toMatch(/^attempt {2}none \(released with its steps; 1 attempt so far\)$/m);
+    expect(human.stdout).toMatch(/^steps {4}create-charge, charge-card \(2\)$/m);
+    expect(human.stdout).not.toContain('secret');
+    expect((await json<Shown[]>(['stuck', ...withPrefix], onRedis)).value.map(({ key }) => key)).toEqual([scope.key]);
+
+    const wrong = await json<{ outcome: string }>(['release', ...scopeArgs(scope), '--attempt', attempt], onRedis);
+    expect(wrong).toMatchObject({ code: 1, value: { outcome: 'other-attempt' } });
+    const released = await cli(['release', ...scopeArgs(scope), '--attempt', ''], onRedis);
+    expect(released).toMatchObject({ code: 0, stdout: 'Released: the next request with this key runs the handler.\n' });
+    expect((await cli(['inspect', '--key', scope.key, ...withPrefix], onRedis)).code).toBe(1);
+    // Steps and all: another request of the key is a new claim.
+    const timing = { leaseSeconds: 60, ttlSeconds: 3600 };
+    expect(await store.claim(scope, 'other-fp', randomUUID(), timing)).toEqual({ claimed: true, takeover: false });
   });
 
   it("refuses two stores at once and the other store's options (2), and says when Redis cannot be reached (3)", async () => {

@@ -21,6 +21,8 @@ const chromiumInstalled = await requireService('Chromium', async () =>
 
 let db: TestDatabase;
 let app: Awaited<ReturnType<typeof startSampleApp>>;
+/** In standard mode: a step's recovery point commits on its own, and outlives a release (a 503). */
+let standard: Awaited<ReturnType<typeof startSampleApp>>;
 const account = `sk_test_operator_view_${randomUUID().slice(0, 8)}`;
 const stuckKey = `stuck-${randomUUID()}`;
 const completedKey = `completed-${randomUUID()}`;
@@ -29,6 +31,7 @@ const charge = { amount: 900, currency: 'eur' };
 beforeAll(async () => {
   db = await createTestDatabase();
   app = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, operatorToken: OPERATOR_TOKEN });
+  standard = await startSampleApp({ databaseUrl: db.url, databasePoolSize: 4, transactional: false });
   // A process whose provider never answers, SIGKILLed once its claim is made: its key stays in progress.
   const doomed = await spawnSampleApp({
     DATABASE_URL: db.url,
@@ -50,6 +53,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await app?.close();
+  await standard?.close();
   await db?.drop();
 });
 
@@ -80,6 +84,32 @@ describe("the sample app's operator routes", () => {
     const missing = await request(app.url).post('/operator/release').set('X-Operator-Token', OPERATOR_TOKEN).send({});
     expect(missing.status).toBe(400);
   });
+
+  it("shows a key's steps by name, and releases a record kept with its steps (a 503 in standard mode), steps and all", async () => {
+    const operator = (path: string) =>
+      request(app.url).get(`/operator/${path}`).set('X-Operator-Token', OPERATOR_TOKEN);
+    // Killed inside its second step: the first one is its recovery point.
+    expect((await operator(`records/${stuckKey}`)).body.records).toEqual([
+      expect.objectContaining({ key: stuckKey, steps: ['create-charge'] }),
+    ]);
+
+    const key = `provider-down-${randomUUID()}`;
+    expect((await postCharge(standard.url, { ...charge, source: 'tok_providerDown' }, key, account)).status).toBe(503);
+    const [kept] = (await operator(`records/${key}`)).body.records;
+    expect(kept).toMatchObject({ state: 'lease-lapsed', status: 'in_progress', steps: ['create-charge'] });
+    const release = (attempt: string) =>
+      request(app.url)
+        .post('/operator/release')
+        .set('X-Operator-Token', OPERATOR_TOKEN)
+        .send({ account, endpoint: 'POST /v1/charges', key, attempt });
+    expect((await release(randomUUID())).body).toMatchObject({ outcome: 'other-attempt' });
+    expect((await release(kept.attempt)).body).toEqual({ outcome: 'released' });
+    expect((await operator(`records/${key}`)).body.records).toEqual([]);
+    // Another request of the key is a new claim, run from its first step.
+    const next = await postCharge(standard.url, { ...charge, amount: 950 }, key, account);
+    expect(next.status).toBe(201);
+    expect(next.headers['idempotent-replay']).toBeUndefined();
+  });
 });
 
 describeWith(chromiumInstalled, "the page's operator view in headless Chromium", () => {
@@ -93,7 +123,7 @@ describeWith(chromiumInstalled, "the page's operator view in headless Chromium",
     await browser?.close();
   });
 
-  it('lists the stuck key, shows its attempt and lease, and releases it fenced on that attempt', async () => {
+  it('lists the stuck key, shows its attempt, steps and lease, and releases it fenced on that attempt', async () => {
     const page = await browser.newPage();
     try {
       await page.goto(app.url);
@@ -110,6 +140,7 @@ describeWith(chromiumInstalled, "the page's operator view in headless Chromium",
         return (await page.locator(stuckRow).count()) === 1 ? true : undefined;
       }, 'the stuck key in the view');
       expect(await page.locator(stuckRow).getAttribute('data-state')).toBe('lease-lapsed');
+      await expect(page.locator(stuckRow).textContent()).resolves.toContain('create-charge (1)');
       expect(await page.textContent('#operator-counts')).toMatch(/lease-lapsed: 1/);
 
       await page.selectOption('#operator-state', 'completed');
@@ -134,6 +165,8 @@ describeWith(chromiumInstalled, "the page's operator view in headless Chromium",
     } finally {
       await page.close();
     }
+    // Deleted, its step too: not kept for the request to resume.
+    expect(await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [stuckKey])).toEqual([]);
     // Released: the client's retry runs the charge rather than answering 409.
     const retry = await postCharge(app.url, charge, stuckKey, account);
     expect(retry.status).toBe(201);

@@ -103,6 +103,7 @@ describeWith(redis, 'RedisIdempotencyOperator on one Redis', () => {
       expiresAt: expect.any(Date),
       responseStatus: null,
       bodyBytes: null,
+      steps: [],
     });
     // Redis's clock and this process's agree within a second or so on one machine.
     expect(record?.leaseUntil?.getTime()).toBeGreaterThan(before + 55_000);
@@ -215,6 +216,74 @@ describeWith(redis, 'RedisIdempotencyOperator on one Redis', () => {
     } finally {
       wait.cancel();
       await waiting.close();
+    }
+  });
+
+  /** A record of a new scope claimed with fingerprint `fp`, its steps recorded in order; its scope and attempt. */
+  async function withSteps(names: string[]): Promise<{ scope: IdempotencyScope; attempt: string }> {
+    const scope = scopeOf(`steps-${randomUUID()}`);
+    const attempt = await records.claimed(scope);
+    for (const name of names) {
+      const step = { name, result: JSON.stringify({ secret: name }) };
+      expect(await records.store().recordStep({ scope, attempt }, step)).toBe(true);
+    }
+    return { scope, attempt };
+  }
+
+  it("shows the names of a record's steps in order, never their results, in every listing", async () => {
+    const { scope } = await withSteps(['create-charge', 'charge-card', 'send-receipt']);
+    const record = await operator().inspect(scope);
+    expect(record).toMatchObject({ state: 'running', steps: ['create-charge', 'charge-card', 'send-receipt'] });
+    expect(JSON.stringify(record)).not.toContain('secret');
+    expect((await operator().find({ key: scope.key }))[0].steps).toEqual(record!.steps);
+    expect((await operator().find({ key: scope.key }, { body: true }))[0].steps).toEqual(record!.steps);
+    expect((await operator().list('running')).find(({ key }) => key === scope.key)?.steps).toEqual(record!.steps);
+  });
+
+  it("discards a record the store released with its steps (no attempt holds it: '' releases it)", async () => {
+    const { scope, attempt } = await withSteps(['create-charge', 'charge-card']);
+    // The store's release keeps it, for the same request to resume: its lease ended, no attempt holds it.
+    expect(await records.store().release({ scope, attempt })).toBe(true);
+    const kept = await operator().inspect(scope);
+    expect(kept).toMatchObject({
+      state: 'lease-lapsed',
+      status: 'in_progress',
+      attempt: '',
+      steps: ['create-charge', 'charge-card'],
+    });
+    expect((await operator().stuck()).find(({ key }) => key === scope.key)).toEqual(kept);
+    // Another request of the key is refused while the record stands.
+    expect(await records.store().claim(scope, 'other-fp', randomUUID(), LONG)).toMatchObject({
+      claimed: false,
+      existing: { status: 'in_progress' },
+    });
+
+    for (const wrong of [attempt, randomUUID()]) {
+      expect(await operator().release(scope, wrong)).toEqual({ outcome: 'other-attempt', record: kept });
+    }
+    expect(await operator().release(scope, '')).toEqual({ outcome: 'released' });
+    expect(await operator().inspect(scope)).toBeUndefined();
+    expect(await operator().release(scope, '')).toEqual({ outcome: 'not-found' });
+    // Steps and all: another request of the key now claims it anew, with no step to resume from.
+    expect(await records.store().claim(scope, 'other-fp', randomUUID(), LONG)).toEqual({
+      claimed: true,
+      takeover: false,
+    });
+  });
+
+  it("discards a record with steps held by a live attempt, fenced on it ('' is no attempt's), never a completed one", async () => {
+    const { scope, attempt } = await withSteps(['create-charge']);
+    for (const wrong of ['', randomUUID()]) {
+      expect(await operator().release(scope, wrong)).toMatchObject({ outcome: 'other-attempt', record: { attempt } });
+    }
+    expect(await operator().release(scope, attempt)).toEqual({ outcome: 'released' });
+    expect(await records.store().claim(scope, 'fp', randomUUID(), LONG)).toEqual({ claimed: true, takeover: false });
+
+    const completed = await withSteps(['create-charge']);
+    expect(await records.store().complete(completed, OUTCOME, LONG.ttlSeconds)).toBe(true);
+    expect(await operator().inspect(completed.scope)).toMatchObject({ state: 'completed', steps: ['create-charge'] });
+    for (const tried of [completed.attempt, '']) {
+      expect(await operator().release(completed.scope, tried)).toMatchObject({ outcome: 'completed' });
     }
   });
 

@@ -20,6 +20,7 @@ const record: OperatorRecord = {
   expiresAt: new Date('2026-12-05T09:00:00Z'),
   responseStatus: null,
   bodyBytes: null,
+  steps: [],
 };
 
 describe("the operator command's record, as a person reads it", () => {
@@ -35,5 +36,29 @@ describe("the operator command's record, as a person reads it", () => {
     const lines = describeRecord(record, NOW).split('\n');
     expect(lines).toContainEqual('account  ');
     expect(lines).toContainEqual('holder   none (the lease only)');
+  });
+
+  it('shows the names of the steps recorded, in order, and how many; a dash when none', () => {
+    expect(describeRecord(record, NOW).split('\n')).toContainEqual('steps    -');
+    const lines = describeRecord({ ...record, steps: ['create-charge', 'charge-card'] }, NOW).split('\n');
+    expect(lines).toContainEqual('steps    create-charge, charge-card (2)');
+    // A name that could be misread in the list is quoted.
+    const odd = describeRecord({ ...record, steps: ['a, b', ' c'] }, NOW).split('\n');
+    expect(odd).toContainEqual('steps    "a, b", " c" (2)');
+  });
+
+  it('shows a long list of steps by its first and last names, the recovery point among them', () => {
+    const steps = Array.from({ length: 25 }, (_, index) => `receipt:${index + 1}`);
+    const lines = describeRecord({ ...record, steps }, NOW).split('\n');
+    expect(lines).toContainEqual(
+      'steps    receipt:1, receipt:2, receipt:3, … 19 more …, receipt:23, receipt:24, receipt:25 (25)',
+    );
+  });
+
+  it('shows the attempt of a record released with its steps, which none holds on Redis, as none', () => {
+    const released = { ...record, state: 'lease-lapsed' as const, attempt: '', steps: ['create-charge'] };
+    expect(describeRecord(released, NOW).split('\n')).toContainEqual(
+      'attempt  none (released with its steps; 1 attempt so far)',
+    );
   });
 });
