@@ -67,6 +67,7 @@ export type StoreOperationName =
   | 'claim'
   | 'complete'
   | 'release'
+  | 'record_step'
   | 'renew'
   | 'mark_awaited'
   | 'begin_transaction'

@@ -14,6 +14,9 @@ export function timedStore(store: IdempotencyStore, telemetry: IdempotencyTeleme
     renew: (...args) => telemetry.timeStore('renew', () => store.renew(...args)),
     complete: (...args) => telemetry.timeStore('complete', () => store.complete(...args)),
     release: (...args) => telemetry.timeStore('release', () => store.release(...args)),
+    ...(store.recordStep && {
+      recordStep: (...args) => telemetry.timeStore('record_step', () => store.recordStep!(...args)),
+    }),
     markAwaited: (...args) => telemetry.timeStore('mark_awaited', () => store.markAwaited(...args)),
     waitForChange: (...args) => store.waitForChange(...args),
     beginTransaction: (...args) => telemetry.timeStore('begin_transaction', () => store.beginTransaction(...args)),

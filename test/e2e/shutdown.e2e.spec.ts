@@ -172,14 +172,13 @@ describe.each(PLATFORMS)('graceful shutdown of a real process (SIGTERM), on %s',
       expect(first.headers['retry-after']).toBe('2');
       const [code] = await exited;
       expect(code).toBe(0);
-      // The key is free at once (no lease to wait out), and nothing of the attempt committed; the provider, called
-      // before the insert, keeps its charge.
-      await expect(heldFor(account, key)).resolves.toEqual({ charges: 0, providerCharges: 1, record: null });
+      // The key is free at once (no lease to wait out), and nothing of the attempt committed: its first step (the
+      // charge row) was waiting on the lock, before the provider was called.
+      await expect(heldFor(account, key)).resolves.toEqual({ charges: 0, providerCharges: 0, record: null });
 
       await lock.letGo();
       const retry = await postCharge(survivor.url, charge, key, account).expect(201);
       expect(retry.headers['idempotent-replay']).toBeUndefined();
-      // The retry's call to the provider carries the key derived from the same idempotency key: charged once.
       await expect(heldFor(account, key)).resolves.toEqual(CHARGED_ONCE);
     } finally {
       await lock.letGo();
