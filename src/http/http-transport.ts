@@ -9,7 +9,8 @@ import {
 } from '@nestjs/common';
 import { HttpAdapterHost, Reflector } from '@nestjs/core';
 import { catchError, type Observable, of, throwError } from 'rxjs';
-import { IdempotencyError } from '../protocol/idempotency.errors.js';
+import type { IdempotencyError } from '../protocol/idempotency.errors.js';
+import { isStepRefusal } from '../protocol/idempotency-step.error.js';
 import type { ProtocolModuleOptions } from '../protocol/idempotency-options.interface.js';
 import type { IdempotencyAttempt } from '../protocol/idempotency-attempt.js';
 import type { StoredResponse } from '../protocol/idempotency-store.interface.js';
@@ -128,15 +129,15 @@ export class HttpTransport implements IdempotencyTransport<HttpCall>, OnApplicat
       await attempt.end({ response: undefined, failed: true, final: false });
       return of(undefined);
     }
-    // A refusal the handler's own work meets (a step whose recovery point the store could not record: 503) is
-    // answered as the module's refusals are, not as a fault of the handler's (500).
+    // A step's refusal (its recovery point not recorded in time: 503) is answered as the module's refusals are, not as
+    // a fault of the handler's (500); other refusals the handler meets (a nested execute()'s) are its own errors.
     const refusing: CallHandler = {
       handle: () =>
         next
           .handle()
           .pipe(
             catchError((error: unknown) =>
-              throwError(() => (error instanceof IdempotencyError ? this.refusal(error, call, context) : error)),
+              throwError(() => (isStepRefusal(error) ? this.refusal(error, call, context) : error)),
             ),
           ),
     };

@@ -106,6 +106,7 @@ export class AttemptLifecycle implements AttemptEnding {
     policy: IdempotencyPolicy,
   ): Promise<IdempotencyError | undefined> {
     this.leases.stop(run);
+    run.endSteps();
     const attempt = this.attempts.get(run);
     try {
       if (attempt?.abandoned) return new IdempotencyShuttingDownError(policy.retryAfterSeconds, true);
@@ -147,6 +148,7 @@ export class AttemptLifecycle implements AttemptEnding {
   private async abandon(run: IdempotencyRun, attempt: RunningAttempt): Promise<void> {
     const { policy } = attempt;
     this.leases.stop(run);
+    run.endSteps();
     this.logger.warn(
       `Shutting down: the handler of ${describeScope(run.scope)} did not finish within shutdownTimeoutSeconds ` +
         `(${this.attempts.timeoutSeconds} s); its claim is released${run.transaction ? ' and its writes rolled back' : ''}.`,

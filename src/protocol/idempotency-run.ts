@@ -43,6 +43,11 @@ export class IdempotencyRun {
     return this.steps.run(this, name, work, options);
   }
 
+  /** Ends the run's steps: a step begun after its attempt ended is refused (it has nothing to record into). */
+  endSteps(): void {
+    this.steps?.end();
+  }
+
   /** This run, in the transaction of one of its steps: what the step's work sees while it runs. */
   inStepTransaction(transaction: StoreTransaction): IdempotencyRun {
     return new IdempotencyRun(this.claim, this.takeover, transaction, this.steps);

@@ -26,6 +26,8 @@ export interface StepOptions {
 
 /** The steps of one attempt, as its run calls them (`OperationSteps`). */
 export interface StepsOfRun<Run> {
+  /** Refuses steps from now on: the attempt has ended. */
+  end(): void;
   run<T>(
     run: Run,
     name: string,

@@ -6,9 +6,15 @@ import { IdempotencyStepError } from './idempotency-step.error.js';
 import type { StepRecording } from './step-recording.js';
 import type { IdempotencyStep, StepOptions, StepsOfRun } from './idempotency-step.js';
 import { describeScope } from './store-bounds.js';
+import { scopeTextFault } from './scope-values.js';
 
 /** Longest step name, in characters: a name is an identifier of code, not data. */
 const MAX_NAME_LENGTH = 200;
+/**
+ * Most steps of one operation: each is stored with its record and read back by every later attempt, so steps are an
+ * operation's few phases, not the items of a batch.
+ */
+export const MAX_STEPS = 100;
 
 /**
  * The steps of one attempt at an operation: those earlier attempts recorded (its recovery point) are skipped in their
@@ -20,6 +26,8 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
   private passed = 0;
   private readonly names = new Set<string>();
   private running: string | undefined;
+  /** Once its attempt has ended, a step has nothing to record into: refused before its work runs. */
+  private ended = false;
 
   constructor(
     /** The steps earlier attempts recorded, in order. */
@@ -36,6 +44,13 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
   ): Promise<JsonResult<T>> {
     checkStepName(name);
     const where = `of ${describeScope(run.scope)}`;
+    if (this.ended) {
+      throw new IdempotencyStepError(
+        'run_ended',
+        `Step ${JSON.stringify(name)} ${where} began after its attempt ended (a step left running, or started from a ` +
+          'callback after the handler answered): nothing could record it. Await every step inside the operation.',
+      );
+    }
     if (this.running !== undefined) {
       throw new IdempotencyStepError(
         'overlapping',
@@ -51,6 +66,13 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
       );
     }
     const position = this.passed;
+    if (position >= MAX_STEPS) {
+      throw new IdempotencyStepError(
+        'too_many_steps',
+        `Step ${JSON.stringify(name)} ${where} would be step ${position + 1}, past the ${MAX_STEPS} an operation may ` +
+          'have: steps are its phases, not the items of a batch (one step may handle many items).',
+      );
+    }
     const recorded = this.recorded[position];
     if (recorded !== undefined) {
       if (recorded.name !== name) throw this.changed(run, position, name);
@@ -69,6 +91,11 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
     }
   }
 
+  /** Refuses steps from now on: the attempt has ended. */
+  end(): void {
+    this.ended = true;
+  }
+
   private changed(run: IdempotencyRun, position: number, name: string): IdempotencyStepError {
     const list = this.recorded.map((step) => JSON.stringify(step.name)).join(', ');
     return new IdempotencyStepError(
@@ -82,12 +109,18 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
   }
 }
 
+/** A name the stores keep as it is (no NUL, no lone surrogate), short enough to be code's, not data. */
 function checkStepName(name: unknown): void {
-  if (typeof name !== 'string' || name.length === 0 || name.length > MAX_NAME_LENGTH) {
+  const fault =
+    typeof name !== 'string'
+      ? `it is ${typeof name}, not a string`
+      : name.length > MAX_NAME_LENGTH
+        ? `it is longer than ${MAX_NAME_LENGTH} characters`
+        : scopeTextFault(name);
+  if (fault !== undefined) {
     throw new IdempotencyStepError(
       'invalid_name',
-      `A step's name must be a string of 1 to ${MAX_NAME_LENGTH} characters, the same in every attempt, got ` +
-        `${typeof name === 'string' ? `${name.length} characters` : typeof name}.`,
+      `A step's name must be text of 1 to ${MAX_NAME_LENGTH} characters, the same in every attempt: ${fault}.`,
     );
   }
 }

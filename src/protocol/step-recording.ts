@@ -3,7 +3,7 @@ import { IdempotencyRecordUnreadableError, IdempotencyStoreUnavailableError } fr
 import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
 import type { IdempotencyStore, StoredStep, StoreTransaction } from './idempotency-store.interface.js';
-import { IdempotencyStepError } from './idempotency-step.error.js';
+import { IdempotencyStepError, stepRefusal } from './idempotency-step.error.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
 import type { IdempotencyStep, StepOptions } from './idempotency-step.js';
 import { EnvelopeUnreadableError } from './outcome-envelope.js';
@@ -34,14 +34,17 @@ export class StepRecording {
   ): Promise<string> {
     const recordStep = this.checkSupported(run, name, options);
     const step: IdempotencyStep = { name, key: run.deriveKey(`step ${name}`) };
-    if (run.transaction || !options.transactional) {
-      const json = resultJson(await work(step));
-      await this.record(recordStep, run, name, json, policy, run.transaction);
+    // A transactional operation's steps would commit with its outcome or roll back with it: recording them would gain
+    // nothing, and would hold its record's row locked until then, in the way of its lease's renewals.
+    if (run.transaction) return resultJson(run, name, await work(step));
+    if (!options.transactional) {
+      const json = resultJson(run, name, await work(step));
+      await this.record(recordStep, run, name, json, policy);
       return json;
     }
     const transaction = await this.begin(run, policy);
     try {
-      const json = resultJson(await runWithin(run.inStepTransaction(transaction), () => work(step)));
+      const json = resultJson(run, name, await runWithin(run.inStepTransaction(transaction), () => work(step)));
       await this.record(recordStep, run, name, json, policy, transaction);
       await withTimeout(transaction.commit(), policy, 'committing a step');
       return json;
@@ -54,6 +57,7 @@ export class StepRecording {
   /** A recorded step's result, as its work returned it (JSON text). */
   opened(run: IdempotencyRun, step: StoredStep): string {
     try {
+      if (typeof step.result !== 'string') throw new EnvelopeUnreadableError('it is not text (altered)');
       return this.sealing.openStep(run.scope, step.name, step.result);
     } catch (error) {
       if (!(error instanceof EnvelopeUnreadableError)) throw error;
@@ -63,7 +67,7 @@ export class StepRecording {
           'encryption.keys (or set encryption.acceptPlaintext during a switch-over).',
       );
       publishIdempotencyEvent('recordUnreadable', () => ({ scope: run.scope, reason: error.reason }));
-      throw new IdempotencyRecordUnreadableError();
+      throw stepRefusal(new IdempotencyRecordUnreadableError());
     }
   }
 
@@ -104,7 +108,7 @@ export class StepRecording {
     name: string,
     json: string,
     policy: IdempotencyPolicy,
-    transaction: StoreTransaction | undefined,
+    transaction?: StoreTransaction,
   ): Promise<void> {
     const step = { name, result: this.sealing.sealStep(run.scope, name, json) };
     let recorded: boolean;
@@ -133,13 +137,39 @@ export class StepRecording {
       `A step of ${describeScope(run.scope)} failed: ${operation} (the store is unavailable): ${error}`,
     );
     publishIdempotencyEvent('storeUnavailable', () => ({ operation, scope: run.scope, error }));
-    return new IdempotencyStoreUnavailableError(policy.retryAfterSeconds);
+    return stepRefusal(new IdempotencyStoreUnavailableError(policy.retryAfterSeconds));
   }
 }
 
-/** A step's result as stored: its JSON (`null` for nothing), parsed back by every attempt, the first included. */
-function resultJson(value: unknown): string {
-  return JSON.stringify(value ?? null);
+/** The most bytes of a step's result, as JSON: every later attempt at the operation reads them all back. */
+export const MAX_STEP_RESULT_BYTES = 1024 * 1024;
+
+/**
+ * A step's result as stored: its JSON (`null` for nothing, or for what JSON has no value for: a function, a symbol),
+ * parsed back by every attempt, the first included. One JSON cannot hold (a BigInt, a cycle), or too large to keep,
+ * is refused, naming the step: its work ran, and a retry runs it again.
+ */
+function resultJson(run: IdempotencyRun, name: string, value: unknown): string {
+  const what = `Step ${JSON.stringify(name)} of ${describeScope(run.scope)}`;
+  let json: string | undefined;
+  try {
+    json = JSON.stringify(value ?? null);
+  } catch (error) {
+    throw new IdempotencyStepError(
+      'unserializable',
+      `${what} returned a value JSON cannot hold (${error}): its work ran, and its result is not recorded, so a ` +
+        'retry runs it again. Return plain data (ids, strings, numbers as numbers or strings).',
+    );
+  }
+  json ??= 'null';
+  if (Buffer.byteLength(json) > MAX_STEP_RESULT_BYTES) {
+    throw new IdempotencyStepError(
+      'result_too_large',
+      `${what} returned ${Buffer.byteLength(json)} bytes of JSON, more than a step keeps (${MAX_STEP_RESULT_BYTES}): ` +
+        'its work ran, and its result is not recorded, so a retry runs it again. Return ids, not whole documents.',
+    );
+  }
+  return json;
 }
 
 /** Rolls a step's transaction back within `storeTimeoutSeconds`, past which its connection is cut. */

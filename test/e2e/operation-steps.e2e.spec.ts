@@ -204,6 +204,59 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
     });
   });
 
+  describe('refuses what it cannot keep', () => {
+    it('a step begun after its attempt ended (left running, or started from a callback), running nothing', async () => {
+      let kept: IdempotencyRun | undefined;
+      await idempotency.execute({ name: 'ended', key: randomUUID() }, async (run) => {
+        kept = run;
+      });
+      let ran = false;
+      await expect(kept?.step('late', async () => (ran = true))).rejects.toMatchObject(stepFault('run_ended'));
+      expect(ran).toBe(false);
+    });
+
+    it('a result JSON cannot hold (a BigInt), naming it, and keeps what JSON has no value for as null', async () => {
+      const operation = { name: 'values', key: randomUUID() };
+      await expect(idempotency.execute(operation, (run) => run.step('bigint', async () => 10n))).rejects.toMatchObject(
+        stepFault('unserializable'),
+      );
+      const again = await idempotency.execute(operation, async (run) => {
+        const nothing = await run.step('function', async () => () => 1);
+        return { nothing };
+      });
+      expect(again).toEqual({ result: { nothing: null }, replayed: false });
+    });
+
+    it('a result larger than a step keeps (1 MiB of JSON)', async () => {
+      const flow = (run: IdempotencyRun) => run.step('document', async () => 'x'.repeat(1024 * 1024));
+      await expect(idempotency.execute({ name: 'large', key: randomUUID() }, flow)).rejects.toMatchObject(
+        stepFault('result_too_large'),
+      );
+    });
+
+    it('a name the stores would not keep as it is (a NUL, a lone surrogate)', async () => {
+      for (const name of ['a\0b', 'send-\uD800']) {
+        let ran = false;
+        const flow = (run: IdempotencyRun) => run.step(name, async () => (ran = true));
+        await expect(idempotency.execute({ name: 'names', key: randomUUID() }, flow)).rejects.toMatchObject(
+          stepFault('invalid_name'),
+        );
+        expect(ran).toBe(false);
+      }
+    });
+
+    it('more than 100 steps in one operation, before the 101st runs', async () => {
+      let ran = 0;
+      const flow = async (run: IdempotencyRun) => {
+        for (let item = 0; item <= 100; item += 1) await run.step(`item:${item}`, async () => (ran += 1));
+      };
+      await expect(idempotency.execute({ name: 'many', key: randomUUID() }, flow)).rejects.toMatchObject(
+        stepFault('too_many_steps'),
+      );
+      expect(ran).toBe(100);
+    });
+  });
+
   it('records nothing for an attempt fenced off while its step ran: the attempt holding the key runs it', async () => {
     const operation = { name: 'fenced', key: randomUUID() };
     const ran: string[] = [];
@@ -345,7 +398,24 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
         expect(await entriesOf(operation.key)).toBe(0);
       });
 
-      it('records the steps of a transactional operation in its transaction: rolled back with it', async () => {
+      it("records no step of a transactional operation: its record's row stays free for the lease's renewals", async () => {
+        const operation = { name: 'whole', key: randomUUID() };
+        await idempotency.execute(
+          operation,
+          async (run) => {
+            await run.step('one', async () => 1);
+            // Another connection locks the record's row at once: no statement of the operation holds it.
+            const [row] = await db.query<{ steps: unknown }>(
+              'SELECT steps FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE NOWAIT',
+              [operation.key],
+            );
+            expect(row.steps).toBeNull();
+          },
+          { transactional: true },
+        );
+      });
+
+      it('runs every step of a transactional operation again after it rolled back', async () => {
         const operation = { name: 'whole', key: randomUUID() };
         const ran: string[] = [];
         let fail = true;
@@ -369,7 +439,18 @@ let stepRuns = 0;
 
 @Controller('stepped')
 class StepsController {
-  constructor(private readonly idempotency: IdempotencyContext) {}
+  constructor(
+    private readonly idempotency: IdempotencyContext,
+    private readonly operations: IdempotencyService,
+  ) {}
+
+  /** A nested operation whose key another input used: its refusal is this handler's error, not this call's answer. */
+  @Post('nested')
+  @Idempotent()
+  async nested(@Headers('x-inner-key') innerKey: string) {
+    await this.operations.execute({ name: 'inner', key: innerKey, input: 'another input' }, async () => 1);
+    return { ran: true };
+  }
 
   @Post()
   @Idempotent()
@@ -421,6 +502,32 @@ describe('a step of an HTTP route whose recovery point the database does not rec
       expect(retry.body).toEqual({ written: { key } });
     } finally {
       stepGate = Promise.resolve();
+      await app.close();
+    }
+  });
+});
+
+describe('a refusal met inside a route that is not its own (a nested execute() refused)', () => {
+  it("is the handler's error (500), never stored as the route's answer: a retry runs it again", async () => {
+    const app = await startTestApp({
+      database: db,
+      controllers: [StepsController],
+      idempotency: { singleTenant: true },
+    });
+    try {
+      const innerKey = randomUUID();
+      await app.app
+        .get(IdempotencyService)
+        .execute({ name: 'inner', key: innerKey, input: 'first input' }, async () => 0);
+      const key = randomUUID();
+      const send = () =>
+        request(app.url).post('/stepped/nested').set('Idempotency-Key', key).set('X-Inner-Key', innerKey).send({});
+      const first = await send();
+      expect(first.status).toBe(500);
+      const retry = await send();
+      expect(retry.status).toBe(500);
+      expect(retry.headers['idempotent-replay']).toBeUndefined();
+    } finally {
       await app.close();
     }
   });
