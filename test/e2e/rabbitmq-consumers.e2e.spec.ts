@@ -13,7 +13,7 @@ import {
   useRabbitMqConsumer,
   useTestQueue,
 } from '../support/rabbitmq.js';
-import { gates, payoutsConsumer } from '../support/payouts-consumer.js';
+import { gates, payoutsConsumer, reserveRuns } from '../support/payouts-consumer.js';
 import { describeWith } from '../support/required-service.js';
 import { describeOnStores } from '../support/on-each-store.js';
 import { modesOn, recordsOf, recordsOn, startTestApp } from '../support/test-app.js';
@@ -122,6 +122,16 @@ describeWith(rabbitmq, 'RabbitMQ consumers', () => {
         await handled(2);
         expect(await runsOf('fails-once')).toBe(1);
         expect(consumer.logger.warnings).toContainEqual(expect.stringContaining('to be redelivered in 0.2 s'));
+      });
+
+      it(`resumes a redelivered message ${transactional ? 'anew (its steps rolled back with it)' : 'after the steps its failed delivery recorded'}`, async () => {
+        await queue.publish('payout.requested', { amount: 5, mode: 'stepped' }, { messageId: key('stepped') });
+        await completed('stepped');
+        await handled(2);
+        expect(await runsOf('stepped')).toBe(1);
+        expect(await workRowsOf(db, `${key('stepped')}:reserve`)).toHaveLength(1);
+        // Standard mode: the step was recorded, and the redelivery skipped it.
+        expect(reserveRuns.get(key('stepped'))).toBe(transactional ? 2 : 1);
       });
 
       it('stores a final error, acknowledges it, and answers its redelivery with the same error', async () => {

@@ -7,12 +7,15 @@ import type { Gate } from './gate.js';
 
 /**
  * A payout message of the consumer specs: its `mode` says what its handler does (fail once, fail for good with an
- * `RpcException` or a `BadRequestException`, or wait).
+ * `RpcException` or a `BadRequestException`, wait, or run a step `reserve` and fail once after it).
  */
 export interface Payout {
   amount: number;
-  mode?: 'fail-once' | 'final' | 'invalid' | 'gated';
+  mode?: 'fail-once' | 'final' | 'invalid' | 'gated' | 'stepped';
 }
+
+/** How many times each key's `reserve` step ran its work (`stepped` payouts). */
+export const reserveRuns = new Map<string, number>();
 
 /** The gates `gated` payouts wait at, by key: a test sets one before it publishes. */
 export const gates = new Map<string, Gate>();
@@ -52,7 +55,15 @@ export function payoutsConsumer<Context>(
     private async work(payout: Payout, context: Context): Promise<number> {
       const key = this.idempotency.run?.scope.key ?? 'unguarded';
       onRun(key, context);
-      if (payout.mode === 'fail-once' && !failedOnce.has(key)) {
+      const manager = () => this.postgres?.manager ?? this.dataSource.manager;
+      if (payout.mode === 'stepped') {
+        // A step whose row is written on its own (standard mode) or in the run's transaction, then a failure.
+        await this.idempotency.step('reserve', async () => {
+          reserveRuns.set(key, (reserveRuns.get(key) ?? 0) + 1);
+          await manager().query('INSERT INTO work_log (key) VALUES ($1)', [`${key}:reserve`]);
+        });
+      }
+      if ((payout.mode === 'fail-once' || payout.mode === 'stepped') && !failedOnce.has(key)) {
         failedOnce.add(key);
         throw new Error('the payment provider timed out');
       }
@@ -60,8 +71,7 @@ export function payoutsConsumer<Context>(
       // What a ValidationPipe throws for a payload it refuses.
       if (payout.mode === 'invalid') throw new BadRequestException('amount must be positive');
       if (payout.mode === 'gated') await gates.get(key)?.pass();
-      const manager = this.postgres?.manager ?? this.dataSource.manager;
-      const [{ id }] = await manager.query<Array<{ id: number }>>(
+      const [{ id }] = await manager().query<Array<{ id: number }>>(
         'INSERT INTO work_log (key) VALUES ($1) RETURNING id',
         [key],
       );
