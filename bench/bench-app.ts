@@ -3,7 +3,7 @@ import { Body, Controller, Module, Post } from '@nestjs/common';
 import { InjectDataSource } from '@nestjs/typeorm';
 import { Redis } from 'ioredis';
 import type { DataSource } from 'typeorm';
-import { Idempotent, IdempotencyModule } from '../src/index.js';
+import { Idempotent, IdempotencyContext, IdempotencyModule } from '../src/index.js';
 import { IdempotencyPostgresModule, PostgresIdempotencyContext } from '../src/postgres/index.js';
 import { IdempotencyRedisModule } from '../src/redis/index.js';
 import { benchDatabase, type ChargeBody, insertCharge } from './bench-charges.js';
@@ -14,7 +14,10 @@ import { serveBenchApp } from './bench-server.js';
 /** The same charge insert without the module and in standard mode: the routes of the app on either store. */
 @Controller('bench')
 class StandardBenchController {
-  constructor(@InjectDataSource() protected readonly dataSource: DataSource) {}
+  constructor(
+    @InjectDataSource() protected readonly dataSource: DataSource,
+    private readonly context: IdempotencyContext,
+  ) {}
 
   @Post('baseline')
   baseline(@Body() body: ChargeBody) {
@@ -25,6 +28,37 @@ class StandardBenchController {
   @Idempotent()
   standard(@Body() body: ChargeBody) {
     return this.insert(body);
+  }
+
+  /** What a step costs: three inserts, one after another, against the same in three steps (`stepped`). */
+  @Post('unstepped')
+  @Idempotent()
+  async unstepped(@Body() body: ChargeBody) {
+    const charges = [];
+    for (let part = 0; part < 3; part += 1) charges.push(await this.insert(body));
+    return charges;
+  }
+
+  /** Each insert a step; on PostgreSQL committed with its recovery point, as docs/steps.md says a step that writes is. */
+  @Post('stepped')
+  @Idempotent()
+  stepped(@Body() body: ChargeBody) {
+    return this.inSteps(body, !ON_REDIS);
+  }
+
+  /** Each insert a step recorded after it, on its own: what recording a step costs, without a transaction of its own. */
+  @Post('stepped-plain')
+  @Idempotent()
+  steppedPlain(@Body() body: ChargeBody) {
+    return this.inSteps(body, false);
+  }
+
+  private async inSteps(body: ChargeBody, transactional: boolean) {
+    const charges = [];
+    for (const step of ['first', 'second', 'third']) {
+      charges.push(await this.context.step(step, () => this.insert(body), { transactional }));
+    }
+    return charges;
   }
 
   protected insert(body: ChargeBody) {
@@ -39,7 +73,7 @@ class PostgresBenchController extends StandardBenchController {
     @InjectDataSource() dataSource: DataSource,
     private readonly idempotency: PostgresIdempotencyContext,
   ) {
-    super(dataSource);
+    super(dataSource, idempotency);
   }
 
   @Post('transactional')

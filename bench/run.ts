@@ -178,6 +178,18 @@ const expressConfigs: Omit<Config, 'platform'>[] = [
     target: 'uncached',
     baseline: 'baseline @64',
   },
+  // What a step costs: the same three inserts, one after another and in three steps.
+  ...[
+    { name: 'three inserts, new keys', path: '/bench/unstepped' },
+    { name: 'three inserts in three steps, new keys', path: '/bench/stepped' },
+    { name: 'three inserts in three steps (not transactional), new keys', path: '/bench/stepped-plain' },
+  ].map((row) => ({
+    ...row,
+    connections: 64,
+    keys: 'new' as const,
+    target: 'empty' as const,
+    baseline: 'baseline @64',
+  })),
   {
     name: 'contention (one key)',
     path: '/bench/standard',
