@@ -46,7 +46,10 @@ export class StepRecording {
     try {
       const json = resultJson(run, name, await runWithin(run.inStepTransaction(transaction), () => work(step)));
       await this.record(recordStep, run, name, json, policy, transaction);
-      await withTimeout(transaction.commit(), policy, 'committing a step');
+      // A commit that fails or does not answer leaves the step recorded with its rows or neither: the retry finds out.
+      await withTimeout(transaction.commit(), policy, 'committing a step').catch((error: unknown) => {
+        throw this.unavailable(run, 'commit', error, policy);
+      });
       return json;
     } catch (error) {
       await discard(transaction, policy);

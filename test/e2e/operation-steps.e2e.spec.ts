@@ -9,6 +9,7 @@ import {
   IdempotencyService,
   IdempotencyStepError,
   type IdempotencyStepFault,
+  IdempotencyStoreUnavailableError,
 } from '../../src/index.js';
 import { PostgresIdempotencyContext } from '../../src/postgres/index.js';
 import type { IdempotencyStore } from '../../src/store/index.js';
@@ -371,6 +372,33 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
         fail = false;
         await expect(idempotency.execute(operation, flow)).resolves.toEqual({ result: 'written', replayed: false });
         expect(await entriesOf(operation.key)).toBe(1);
+      });
+
+      it("answers a step whose commit fails (a deferred constraint) as the store's fault, its rows and recovery point gone", async () => {
+        await db.query(
+          `CREATE TABLE IF NOT EXISTS deferred_rows (key text,
+             CONSTRAINT deferred_rows_once UNIQUE (key) DEFERRABLE INITIALLY DEFERRED)`,
+        );
+        const operation = { name: 'deferred', key: randomUUID() };
+        const context = app.context.get(PostgresIdempotencyContext);
+        let runs = 0;
+        const flow = (run: IdempotencyRun) =>
+          run.step(
+            'write-twice',
+            async () => {
+              runs += 1;
+              await context.manager?.query('INSERT INTO deferred_rows (key) VALUES ($1), ($1)', [operation.key]);
+            },
+            { transactional: true },
+          );
+        await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+        const [{ n }] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM deferred_rows WHERE key = $1', [
+          operation.key,
+        ]);
+        expect(n).toBe(0);
+        // Not recorded: the retry runs the step again (and fails the same way).
+        await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+        expect(runs).toBe(2);
       });
 
       it('rolls back the rows of a fenced attempt with its step', async () => {
