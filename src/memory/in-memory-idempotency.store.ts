@@ -148,6 +148,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
         response: copyResponse(response),
         lockedUntil: null,
         expiresAt: at + ttlSeconds * 1000,
+        // No attempt reads a completed record's steps: their results are dropped, as the other stores drop them.
+        steps: record.steps.map(({ name }) => ({ name, result: '' })),
       };
     };
     if (transaction === undefined) {

@@ -56,6 +56,14 @@ function stepsKept(row: string): string {
 }
 
 /**
+ * A completed record's steps: their names and times, without their results, which no attempt reads any more and
+ * which may hold what the outcome's `redact` keeps out of it.
+ */
+function stepNamesOf(steps: string): string {
+  return `(SELECT jsonb_agg(step - 'result') FROM jsonb_array_elements(${steps}) AS step)`;
+}
+
+/**
  * A release, as CTEs `deleted` and `kept` (each returning `awaited`, then `returning`): a record without steps is
  * deleted; one with steps stays in progress, its lease ended at once and its attempt replaced, so that the same
  * request takes it over and resumes from its steps, and the released attempt holds it no more. `held` selects the
@@ -151,7 +159,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     UPDATE ${table}
     SET status = 'completed', response_status = $5, response_headers = $6, response_body = $7,
         completed_at = completion.at, locked_until = NULL, expires_at = completion.at + make_interval(secs => $8::float8),
-        lock_held = false
+        lock_held = false, steps = ${stepNamesOf('steps')}
     FROM (SELECT clock_timestamp() AS at) AS completion
     WHERE ${held}
     RETURNING awaited`),
@@ -318,7 +326,7 @@ function batchStatements(
       UPDATE ${table} AS r
       SET status = 'completed', response_status = l.response_status, response_headers = l.response_headers::jsonb,
           response_body = l.response_body, completed_at = completion.at, locked_until = NULL,
-          expires_at = completion.at + make_interval(secs => l.ttl), lock_held = false
+          expires_at = completion.at + make_interval(secs => l.ttl), lock_held = false, steps = ${stepNamesOf('r.steps')}
       FROM locked l, (SELECT clock_timestamp() AS at) AS completion
       WHERE ${held}
       RETURNING l.ord, r.awaited, r.account, r.endpoint, r.idempotency_key

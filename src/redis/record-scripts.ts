@@ -19,7 +19,8 @@ export function outcomeChannel(keyPrefix: string): string {
 //   clock; empty once completed); x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created,
 //   updated (ms);
 //   rs, rh, rb: the outcome's status, headers (JSON) and body; p: the steps, a JSON array of `[name, result]` arrays
-//   (each one JSON-encoded by the store, so that the scripts append them as text without parsing any).
+//   (each one JSON-encoded by the store, so that the scripts append them as text without parsing any; once completed,
+//   `[name]` arrays: the results are dropped).
 // Every script reads Redis's clock (`TIME`) and touches one key, so it is atomic and single-slot; a record past `x` is
 // gone, since its key expires then. On a full server (`noeviction`) Redis refuses a script whose first write is one
 // that may grow memory (HSET), and lets the rest of a script through once it has written: so a claim writes with HSET
@@ -82,7 +83,7 @@ return 1
  * outcome is stored already: sent again), or 0 when not held.
  */
 const COMPLETE = `${NOW}
-local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w', 'rs', 'rh', 'rb')
+local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w', 'rs', 'rh', 'rb', 'p')
 if r[1] == 'completed' and r[2] == ARGV[1] and r[5] == ARGV[3] and r[6] == ARGV[4] and r[7] == ARGV[5] then
   return 1
 end
@@ -91,6 +92,12 @@ local expires = now + tonumber(ARGV[2])
 redis.call('PEXPIREAT', KEYS[1], expires)
 redis.call('HSET', KEYS[1], 's', 'completed', 'rs', ARGV[3], 'rh', ARGV[4], 'rb', ARGV[5], 'l', '', 'x', expires,
   'u', now)
+-- The steps' results are no one's once the outcome is stored: only their names stay, for the operator.
+if r[8] then
+  local names = {}
+  for i, step in ipairs(cjson.decode(r[8])) do names[i] = {step[1]} end
+  redis.call('HSET', KEYS[1], 'p', cjson.encode(names))
+end
 if r[4] == '1' then redis.call('PUBLISH', ARGV[6], ARGV[7]) end
 return 1
 `;

@@ -140,6 +140,36 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
     await idempotency.execute(other, (run) => run.step('a', async (step) => expect(step.key).not.toBe(a)));
   });
 
+  it("keeps only the names of a completed operation's steps, not their results (no attempt reads them any more)", async () => {
+    const operation = { name: 'secrets', key: randomUUID() };
+    await idempotency.execute(operation, async (run) => {
+      await run.step('card', async () => ({ pan: 'secret-4242' }));
+      await run.step('receipt', async () => 'secret-receipt');
+    });
+    const stored = await storedStepsOf(operation.key);
+    expect(JSON.stringify(stored)).not.toContain('secret');
+    expect(JSON.stringify(stored)).toContain('card');
+    expect(JSON.stringify(stored)).toContain('receipt');
+  });
+
+  /** The steps as the store holds them for `key`: the column on PostgreSQL, the record's field on Redis. */
+  async function storedStepsOf(key: string): Promise<unknown> {
+    const redis = app.redis;
+    if (!redis) {
+      const [row] = await db.query<{ steps: unknown }>(
+        'SELECT steps FROM idempotency_records WHERE idempotency_key = $1',
+        [key],
+      );
+      return row.steps;
+    }
+    const keys = await redis.client.keys(`${redis.keyPrefix}{*}`);
+    for (const recordKey of keys) {
+      if ((await redis.client.hget(recordKey, 'k')) === key)
+        return JSON.parse((await redis.client.hget(recordKey, 'p')) ?? 'null');
+    }
+    throw new Error(`no record of ${key}`);
+  }
+
   describe('refuses the pitfalls of journaled steps, running nothing of the refused step', () => {
     it('one name twice in one attempt (a loop)', async () => {
       let ran = 0;

@@ -120,7 +120,8 @@ describe('the operator command-line tool, as a process, on records of real apps'
       IDEMPOTENCY_TRANSACTIONAL: 'false',
     });
     doomed.push(leased);
-    expect((await postCharge(app.url, CHARGE, keys.completed, account)).status).toBe(201);
+    // In standard mode, whose steps are recorded (a transactional request's commit with it, and are not).
+    expect((await postCharge(standard.url, CHARGE, keys.completed, account)).status).toBe(201);
     expect((await postCharge(shortLived.url, CHARGE, keys.expired, account)).status).toBe(201);
     void postCharge(holder.url, CHARGE, keys.holder, account).catch(() => undefined);
     void postCharge(leased.url, CHARGE, keys.leased, account).catch(() => undefined);
@@ -192,7 +193,7 @@ describe('the operator command-line tool, as a process, on records of real apps'
         status: 'completed',
         attempts: 1,
         responseStatus: 201,
-        // The charge's four steps, kept by its completed record; in the app's transactional mode they committed with it.
+        // The charge's four steps, their names kept by its completed record (their results dropped).
         steps: ['create-charge', 'charge-card', 'record-result', 'send-receipt'],
       }),
     ]);
@@ -241,8 +242,8 @@ describe('the operator command-line tool, as a process, on records of real apps'
     }, 'both killed attempts to be stuck');
     expect(stuck).toEqual(
       expect.arrayContaining([
-        // Killed inside its second step: in transactional mode the first one was to commit with the request's
-        // transaction, which died; in standard mode it is the recovery point.
+        // Killed inside its second step: in transactional mode no step is recorded (they commit with the request's
+        // transaction, which died); in standard mode the first is the recovery point.
         expect.objectContaining({ key: keys.holder, state: 'holder-gone', holderTransaction: true, steps: [] }),
         expect.objectContaining({
           key: keys.leased,
