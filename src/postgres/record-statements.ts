@@ -197,14 +197,16 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       SELECT 1 FROM ${table} WHERE ${scope} AND status = 'in_progress' AND locked_until > now() AND awaited
     )
     SELECT ((SELECT count(*) FROM marked) + (SELECT count(*) FROM already))::int AS count`);
-  // SKIP LOCKED keeps the purge off rows a claim is taking over right now.
-  const purge = prepared(
-    countingRows(`
-    DELETE FROM ${table}
-    WHERE ctid IN (SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)
-      AND expires_at <= now()
-    RETURNING 1`),
-  );
+  // SKIP LOCKED keeps the purge off rows a claim is taking over right now. The batch is chosen once (MATERIALIZED): as
+  // a subquery, a plan that scans it again for each row of the table deletes a new batch each time, past its LIMIT.
+  const purge = prepared(`
+    WITH batch AS MATERIALIZED (
+      SELECT ctid FROM ${table} WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED
+    ),
+    changed AS (
+      DELETE FROM ${table} WHERE ctid IN (SELECT ctid FROM batch) AND expires_at <= now() RETURNING 1
+    )
+    SELECT count(*)::int AS count FROM changed`);
   return {
     claim,
     renew,

@@ -41,9 +41,15 @@ beforeAll(async () => {
   });
   try {
     void postCharge(doomed.url, charge, stuckKey, account).catch(() => undefined);
+    // Its first step recorded: it waits for the provider inside the second.
     await waitFor(
-      async () => (await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1', [stuckKey]))[0],
-      'the claim',
+      async () =>
+        (
+          await db.query('SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 AND steps IS NOT NULL', [
+            stuckKey,
+          ])
+        )[0],
+      'the first step',
     );
   } finally {
     await stopProcess(doomed.child);
