@@ -26,9 +26,9 @@ Commands:
   stuck           The records in progress that no live attempt holds (past their lease, or whose holder
                   transaction has ended, on PostgreSQL), oldest first.
   release --account A --endpoint E --key K --attempt T
-                  Deletes the in-progress record of that scope, its steps too, if attempt T (as inspect shows it)
-                  still holds it (--attempt '' on Redis for a record released with its steps, which none holds).
-                  A retry then runs the handler again from its first step, even if the attempt T still runs.
+                  Deletes the in-progress record of that scope, its steps too, if attempt T (as inspect shows it;
+                  for a record released with its steps, the token of that release) still holds it. A retry then
+                  runs the handler again from its first step, even if the attempt T still runs.
   purge [--batch-size N]
                   Deletes every expired record now, N at a time (default 1000). On Redis there is none to delete:
                   an expired record's key is gone.
@@ -261,8 +261,7 @@ function checkCommand(command: string, values: Values): void {
   const missing = needed.filter((name) => values[name] === undefined);
   if (missing.length > 0) throw new UsageError(`${command} needs ${missing.map((name) => `--${name}`).join(', ')}`);
   // An attempt token is a UUID (a UUID column on PostgreSQL): a malformed one is the caller's mistake, not the store's.
-  // '' is none: a Redis record released with its steps has no attempt, and inspect shows it so.
-  if (values.attempt !== undefined && values.attempt !== '' && !UUID.test(values.attempt)) {
+  if (values.attempt !== undefined && !UUID.test(values.attempt)) {
     throw new UsageError('--attempt must be the attempt token (a UUID) that `nest-idempotency inspect` shows');
   }
   for (const name of ['limit', 'batch-size'] as const) {

@@ -61,9 +61,7 @@ export function describeRelease(result: OperatorReleaseResult): string {
 const STEPS_SHOWN = 10;
 
 function attemptOf(record: OperatorRecord): string {
-  const count = `${record.attempts} attempt${record.attempts === 1 ? '' : 's'} so far`;
-  // On Redis, a record released with its steps has no attempt: --attempt '' releases it.
-  return record.attempt === '' ? `none (released with its steps; ${count})` : `${record.attempt} (${count})`;
+  return `${record.attempt} (${record.attempts} attempt${record.attempts === 1 ? '' : 's'} so far)`;
 }
 
 /** The steps' names in order, the last one the recovery point, and how many: `create-charge, charge-card (2)`. */

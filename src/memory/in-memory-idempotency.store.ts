@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import type {
   ClaimResult,
   ClaimTiming,
@@ -23,7 +24,7 @@ export interface InMemoryIdempotencyStoreOptions {
 interface MemoryRecord {
   fingerprint: string;
   status: 'in_progress' | 'completed';
-  /** Empty once released with steps: no attempt holds it (attempts are UUIDs). */
+  /** Once released with steps, a token of the release's own, which no attempt has. */
   attempt: string;
   /** Attempts at the current in-progress record (a takeover counts one more); 1 after a fresh claim. */
   attempts: number;
@@ -193,7 +194,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     if (record.steps.length === 0) this.records.delete(key);
     else {
       // Kept for the same request to resume from its steps: taken over at once, held by no attempt, awaited by none.
-      this.records.set(key, { ...record, attempt: '', lockedUntil: this.now(), awaited: false });
+      this.records.set(key, { ...record, attempt: randomUUID(), lockedUntil: this.now(), awaited: false });
     }
     if (record.awaited) this.wake(key);
     return true;

@@ -15,7 +15,7 @@ export function outcomeChannel(keyPrefix: string): string {
 // One record is one hash, at `<prefix>{<digest of its scope>}`: the braces make the digest its hash tag, so that every
 // key a record ever needs stays in one slot of a Redis Cluster. Its fields, short since every record carries them:
 //   a, e, k: account, endpoint, key (for the operator's reads); f: fingerprint; s: `in_progress` or `completed`;
-//   t: the attempt holding it (none once released with steps); n: attempts at it; l: end of the lease (ms, Redis's
+//   t: the attempt holding it (once released with steps, a token of the release's own); n: attempts at it; l: end of the lease (ms, Redis's
 //   clock; empty once completed); x: expiry (ms; the key's own PEXPIREAT too); w: `1` once awaited; c, u: created,
 //   updated (ms);
 //   rs, rh, rb: the outcome's status, headers (JSON) and body; p: the steps, a JSON array of `[name, result]` arrays
@@ -103,16 +103,19 @@ return 1
 `;
 
 /**
- * The claim given up by its holder: deleted, or, with steps, kept for the same request with its lease ended and no
- * attempt holding it; the waiters told. ARGV: attempt, channel, key (the message). Returns 1 or 0 (not held).
+ * The claim given up by its holder: deleted, or, with steps, kept for the same request with its lease ended, held by
+ * a new token no attempt has; the waiters told. ARGV: attempt, channel, key (the message), the new token. Returns 1
+ * or 0 (not held).
  */
 const RELEASE = `${NOW}
 local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w', 'p')
 if not (${HELD_BY_ATTEMPT}) then return 0 end
 if r[5] then
-  -- HDEL first: a write that never grows memory, so that a full Redis lets the rest through.
+  -- HDEL first: a write that never grows memory, so that a full Redis lets the rest through. A token of its own
+  -- (ARGV[4]) fences the operator's discard, as on PostgreSQL: an operator who read the record before a retry took it
+  -- over and released it again holds a token it no longer has.
   redis.call('HDEL', KEYS[1], 't')
-  redis.call('HSET', KEYS[1], 'l', now, 'w', '0', 'u', now)
+  redis.call('HSET', KEYS[1], 't', ARGV[4], 'l', now, 'w', '0', 'u', now)
 else
   redis.call('DEL', KEYS[1])
 end
@@ -122,13 +125,12 @@ return 1
 
 /**
  * The operator's release (`RedisIdempotencyOperator`): the record deleted, steps and all, if it is in progress and the
- * attempt holds it (its lease live or lapsed), or, for a record released with its steps (no `t`), if the attempt given
- * is `''`, as the operator reads it; the waiters told. Never a completed record. ARGV: attempt, channel, key (the
- * message). Returns 1 or 0 (not held).
+ * attempt (or, released with its steps, the token its release gave it) holds it, its lease live or lapsed; the waiters
+ * told. Never a completed record. ARGV: attempt, channel, key (the message). Returns 1 or 0 (not held).
  */
 const DISCARD = `${NOW}
 local r = redis.call('HMGET', KEYS[1], 's', 't', 'x', 'w')
-if not (r[1] == 'in_progress' and (r[2] or '') == ARGV[1] and tonumber(r[3]) > now) then return 0 end
+if not (${HELD_BY_ATTEMPT}) then return 0 end
 redis.call('DEL', KEYS[1])
 if r[4] == '1' then redis.call('PUBLISH', ARGV[2], ARGV[3]) end
 return 1

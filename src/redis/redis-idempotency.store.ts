@@ -1,4 +1,4 @@
-import { createHash } from 'node:crypto';
+import { createHash, randomUUID } from 'node:crypto';
 import { Cluster } from 'ioredis';
 import { IdempotencySetupError } from '../protocol/idempotency-setup.error.js';
 import type {
@@ -136,7 +136,7 @@ export class RedisIdempotencyStore implements IdempotencyStore {
 
   async release({ scope, attempt }: IdempotencyClaim): Promise<boolean> {
     const key = this.keyOf(scope);
-    const released = await RECORD_SCRIPTS.release.run(this.client, key, [attempt, this.channel, key]);
+    const released = await RECORD_SCRIPTS.release.run(this.client, key, [attempt, this.channel, key, randomUUID()]);
     return released === 1;
   }
 

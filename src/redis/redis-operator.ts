@@ -40,8 +40,7 @@ type RecordOrder = (a: FoundRecord, b: FoundRecord) => number;
  * limit: for an operator, never a request path. States are told on Redis's clock, as the store's scripts tell them.
  * `expired` is never seen (an expired record's key is gone) and `holder-gone` never happens (no attempt holds a
  * transaction on Redis); `purgeExpired()` has nothing to do. A record released with its steps (in progress, its lease
- * ended, for its request to resume) has no attempt on Redis: its `attempt` reads as `''`, and `release()` takes `''`
- * for it.
+ * ended, for its request to resume) holds the token its release gave it, as on PostgreSQL: `release()` takes it.
  */
 export class RedisIdempotencyOperator implements IdempotencyOperations {
   /** A store of its own on the client, for the records' keys. */
@@ -110,8 +109,7 @@ export class RedisIdempotencyOperator implements IdempotencyOperations {
    * Deletes the in-progress record of `scope` if `attempt` still holds it, lease lapsed or not, steps and all, in one
    * script that wakes the attempts waiting for it on the store's channel, as the store's release does (which, unlike
    * this one, keeps a record with steps for its request to resume); a completed record is never released. A record
-   * released with its steps is held by no attempt: `''` (as `inspect()` reads its attempt) releases it. When nothing was
-   * deleted, the record is read again to say why.
+   * released with its steps holds the token its release gave it (its `attempt`). When nothing was deleted, the record is read again to say why.
    */
   async release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult> {
     const key = this.records.keyOf(scope);

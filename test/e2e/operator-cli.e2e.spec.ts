@@ -419,7 +419,7 @@ describeWith(redis, 'the operator command-line tool on Redis (REDIS_URL), on rec
     });
   });
 
-  it("shows a record released with its steps as held by no attempt, and releases it, steps and all, with --attempt ''", async () => {
+  it('shows a record released with its steps, held by its release token, and releases it with that token, steps and all', async () => {
     const store = new RedisIdempotencyStore(client, { keyPrefix });
     const scope = { account, endpoint: ENDPOINT, key: `steps-${randomUUID()}` };
     const attempt = await claimOnRedis(store, scope, 'running');
@@ -429,17 +429,19 @@ describeWith(redis, 'the operator command-line tool on Redis (REDIS_URL), on rec
     expect(await store.release({ scope, attempt })).toBe(true);
     const shown = (await json<Shown[]>(['inspect', '--key', scope.key, ...withPrefix], onRedis)).value;
     expect(shown).toEqual([
-      expect.objectContaining({ state: 'lease-lapsed', attempt: '', steps: ['create-charge', 'charge-card'] }),
+      expect.objectContaining({ state: 'lease-lapsed', steps: ['create-charge', 'charge-card'] }),
     ]);
+    const token = shown[0].attempt;
+    expect(token).not.toBe(attempt);
     const human = await cli(['inspect', '--key', scope.key, ...withPrefix], onRedis);
-    expect(human.stdout).toMatch(/^attempt {2}none \(released with its steps; 1 attempt so far\)$/m);
+    expect(human.stdout).toMatch(new RegExp(`^attempt {2}${token} \\(1 attempt so far\\)$`, 'm'));
     expect(human.stdout).toMatch(/^steps {4}create-charge, charge-card \(2\)$/m);
     expect(human.stdout).not.toContain('secret');
     expect((await json<Shown[]>(['stuck', ...withPrefix], onRedis)).value.map(({ key }) => key)).toEqual([scope.key]);
 
     const wrong = await json<{ outcome: string }>(['release', ...scopeArgs(scope), '--attempt', attempt], onRedis);
     expect(wrong).toMatchObject({ code: 1, value: { outcome: 'other-attempt' } });
-    const released = await cli(['release', ...scopeArgs(scope), '--attempt', ''], onRedis);
+    const released = await cli(['release', ...scopeArgs(scope), '--attempt', token], onRedis);
     expect(released).toMatchObject({ code: 0, stdout: 'Released: the next request with this key runs the handler.\n' });
     expect((await cli(['inspect', '--key', scope.key, ...withPrefix], onRedis)).code).toBe(1);
     // Steps and all: another request of the key is a new claim.

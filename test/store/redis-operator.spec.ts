@@ -240,17 +240,18 @@ describeWith(redis, 'RedisIdempotencyOperator on one Redis', () => {
     expect((await operator().list('running')).find(({ key }) => key === scope.key)?.steps).toEqual(record!.steps);
   });
 
-  it("discards a record the store released with its steps (no attempt holds it: '' releases it)", async () => {
+  it('discards a record the store released with its steps, fenced on the token its release gave it', async () => {
     const { scope, attempt } = await withSteps(['create-charge', 'charge-card']);
-    // The store's release keeps it, for the same request to resume: its lease ended, no attempt holds it.
+    // The store's release keeps it, for the same request to resume: its lease ended, held by a token no attempt has.
     expect(await records.store().release({ scope, attempt })).toBe(true);
     const kept = await operator().inspect(scope);
     expect(kept).toMatchObject({
       state: 'lease-lapsed',
       status: 'in_progress',
-      attempt: '',
       steps: ['create-charge', 'charge-card'],
     });
+    expect(kept?.attempt).toMatch(/^[0-9a-f-]{36}$/);
+    expect(kept?.attempt).not.toBe(attempt);
     expect((await operator().stuck()).find(({ key }) => key === scope.key)).toEqual(kept);
     // Another request of the key is refused while the record stands.
     expect(await records.store().claim(scope, 'other-fp', randomUUID(), LONG)).toMatchObject({
@@ -258,12 +259,12 @@ describeWith(redis, 'RedisIdempotencyOperator on one Redis', () => {
       existing: { status: 'in_progress' },
     });
 
-    for (const wrong of [attempt, randomUUID()]) {
+    for (const wrong of [attempt, randomUUID(), '']) {
       expect(await operator().release(scope, wrong)).toEqual({ outcome: 'other-attempt', record: kept });
     }
-    expect(await operator().release(scope, '')).toEqual({ outcome: 'released' });
+    expect(await operator().release(scope, kept!.attempt)).toEqual({ outcome: 'released' });
     expect(await operator().inspect(scope)).toBeUndefined();
-    expect(await operator().release(scope, '')).toEqual({ outcome: 'not-found' });
+    expect(await operator().release(scope, kept!.attempt)).toEqual({ outcome: 'not-found' });
     // Steps and all: another request of the key now claims it anew, with no step to resume from.
     expect(await records.store().claim(scope, 'other-fp', randomUUID(), LONG)).toEqual({
       claimed: true,
@@ -271,7 +272,20 @@ describeWith(redis, 'RedisIdempotencyOperator on one Redis', () => {
     });
   });
 
-  it("discards a record with steps held by a live attempt, fenced on it ('' is no attempt's), never a completed one", async () => {
+  it('refuses the release of an operator who read the record before a retry resumed it and released it again', async () => {
+    const { scope, attempt } = await withSteps(['create-charge']);
+    await records.store().release({ scope, attempt });
+    const seen = await operator().inspect(scope);
+    // A retry resumes it, records a step, and fails again: the record moved on since the operator read it.
+    const retry = { scope, attempt: randomUUID() };
+    expect(await records.store().claim(scope, 'fp', retry.attempt, LONG)).toMatchObject({ claimed: true });
+    expect(await records.store().recordStep(retry, { name: 'charge-card', result: '1' })).toBe(true);
+    expect(await records.store().release(retry)).toBe(true);
+    expect(await operator().release(scope, seen!.attempt)).toMatchObject({ outcome: 'other-attempt' });
+    expect((await operator().inspect(scope))?.steps).toEqual(['create-charge', 'charge-card']);
+  });
+
+  it('discards a record with steps held by a live attempt, fenced on it, never a completed one', async () => {
     const { scope, attempt } = await withSteps(['create-charge']);
     for (const wrong of ['', randomUUID()]) {
       expect(await operator().release(scope, wrong)).toMatchObject({ outcome: 'other-attempt', record: { attempt } });

@@ -54,11 +54,4 @@ describe("the operator command's record, as a person reads it", () => {
       'steps    receipt:1, receipt:2, receipt:3, … 19 more …, receipt:23, receipt:24, receipt:25 (25)',
     );
   });
-
-  it('shows the attempt of a record released with its steps, which none holds on Redis, as none', () => {
-    const released = { ...record, state: 'lease-lapsed' as const, attempt: '', steps: ['create-charge'] };
-    expect(describeRecord(released, NOW).split('\n')).toContainEqual(
-      'attempt  none (released with its steps; 1 attempt so far)',
-    );
-  });
 });
