@@ -3,7 +3,7 @@ import type { IdempotencyPolicy } from './idempotency-policy.js';
 import type { IdempotencyRun } from './idempotency-run.js';
 import type { StoredStep } from './idempotency-store.interface.js';
 import { IdempotencyStepError } from './idempotency-step.error.js';
-import type { StepRecording } from './step-recording.js';
+import { MAX_STEP_RESULTS_BYTES, type StepRecording } from './step-recording.js';
 import type { IdempotencyStep, StepOptions, StepsOfRun } from './idempotency-step.js';
 import { describeScope } from './store-bounds.js';
 import { scopeTextFault } from './scope-values.js';
@@ -28,13 +28,17 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
   private running: string | undefined;
   /** Once its attempt has ended, a step has nothing to record into: refused before its work runs. */
   private ended = false;
+  /** The bytes of the results recorded so far (as stored), against `MAX_STEP_RESULTS_BYTES`. */
+  private resultBytes: number;
 
   constructor(
     /** The steps earlier attempts recorded, in order. */
     private readonly recorded: readonly StoredStep[],
     private readonly recording: StepRecording,
     private readonly policy: IdempotencyPolicy,
-  ) {}
+  ) {
+    this.resultBytes = recorded.reduce((sum, step) => sum + Buffer.byteLength(step.result), 0);
+  }
 
   async run<T>(
     run: IdempotencyRun,
@@ -82,7 +86,9 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
     }
     this.running = name;
     try {
-      const json = await this.recording.run(run, name, work, options, this.policy);
+      const budget = MAX_STEP_RESULTS_BYTES - this.resultBytes;
+      const json = await this.recording.run(run, name, work, options, this.policy, budget);
+      this.resultBytes += Buffer.byteLength(json);
       this.names.add(name);
       this.passed += 1;
       return JSON.parse(json) as JsonResult<T>;

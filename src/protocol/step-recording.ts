@@ -31,20 +31,27 @@ export class StepRecording {
     work: (step: IdempotencyStep) => Promise<T>,
     options: StepOptions,
     policy: IdempotencyPolicy,
+    /** How many bytes of JSON its result may have: what the operation's earlier results left. */
+    budgetBytes: number,
   ): Promise<string> {
     const recordStep = this.checkSupported(run, name, options);
     const step: IdempotencyStep = { name, key: run.deriveKey(`step ${name}`) };
     // A transactional operation's steps would commit with its outcome or roll back with it: recording them would gain
     // nothing, and would hold its record's row locked until then, in the way of its lease's renewals.
-    if (run.transaction) return resultJson(run, name, await work(step));
+    if (run.transaction) return resultJson(run, name, await work(step), budgetBytes);
     if (!options.transactional) {
-      const json = resultJson(run, name, await work(step));
+      const json = resultJson(run, name, await work(step), budgetBytes);
       await this.record(recordStep, run, name, json, policy);
       return json;
     }
     const transaction = await this.begin(run, policy);
     try {
-      const json = resultJson(run, name, await runWithin(run.inStepTransaction(transaction), () => work(step)));
+      const json = resultJson(
+        run,
+        name,
+        await runWithin(run.inStepTransaction(transaction), () => work(step)),
+        budgetBytes,
+      );
       await this.record(recordStep, run, name, json, policy, transaction);
       // A commit that fails or does not answer leaves the step recorded with its rows or neither: the retry finds out.
       await withTimeout(transaction.commit(), policy, 'committing a step').catch((error: unknown) => {
@@ -52,6 +59,9 @@ export class StepRecording {
       });
       return json;
     } catch (error) {
+      // A statement of the step's that did not answer (its recovery point, its commit) still runs on the transaction's
+      // connection: the connection is cut, rather than a rollback queued behind that statement.
+      if (error instanceof IdempotencyStoreUnavailableError) transaction.abandon();
       await discard(transaction, policy);
       throw error;
     }
@@ -123,9 +133,9 @@ export class StepRecording {
     if (!recorded) {
       throw new IdempotencyStepError(
         'claim_lost',
-        `Step ${JSON.stringify(name)} of ${describeScope(run.scope)} finished after its attempt lost the key (its ` +
-          'lease lapsed and another attempt took it over, or shutdown released it): its recovery point is not ' +
-          `recorded${transaction ? ' and its writes are rolled back' : ''}, and the attempt holding the key runs it.`,
+        `Step ${JSON.stringify(name)} of ${describeScope(run.scope)} finished after its attempt no longer held the ` +
+          'key (its lease lapsed and another attempt took it over, shutdown released it, or the attempt ended while ' +
+          `the step, not awaited, still ran): its recovery point is not recorded${transaction ? ' and its writes are rolled back' : ''}.`,
       );
     }
   }
@@ -144,15 +154,18 @@ export class StepRecording {
   }
 }
 
-/** The most bytes of a step's result, as JSON: every later attempt at the operation reads them all back. */
-export const MAX_STEP_RESULT_BYTES = 1024 * 1024;
+/**
+ * The most bytes of an operation's step results together, as JSON: every later attempt at the operation reads them
+ * all back, and a store holds them in its record (as one value, which a single-threaded store copies whole).
+ */
+export const MAX_STEP_RESULTS_BYTES = 1024 * 1024;
 
 /**
  * A step's result as stored: its JSON (`null` for nothing, or for what JSON has no value for: a function, a symbol),
  * parsed back by every attempt, the first included. One JSON cannot hold (a BigInt, a cycle), or too large to keep,
  * is refused, naming the step: its work ran, and a retry runs it again.
  */
-function resultJson(run: IdempotencyRun, name: string, value: unknown): string {
+function resultJson(run: IdempotencyRun, name: string, value: unknown, budgetBytes: number): string {
   const what = `Step ${JSON.stringify(name)} of ${describeScope(run.scope)}`;
   let json: string | undefined;
   try {
@@ -165,11 +178,12 @@ function resultJson(run: IdempotencyRun, name: string, value: unknown): string {
     );
   }
   json ??= 'null';
-  if (Buffer.byteLength(json) > MAX_STEP_RESULT_BYTES) {
+  if (Buffer.byteLength(json) > budgetBytes) {
     throw new IdempotencyStepError(
       'result_too_large',
-      `${what} returned ${Buffer.byteLength(json)} bytes of JSON, more than a step keeps (${MAX_STEP_RESULT_BYTES}): ` +
-        'its work ran, and its result is not recorded, so a retry runs it again. Return ids, not whole documents.',
+      `${what} returned ${Buffer.byteLength(json)} bytes of JSON, more than the ${budgetBytes} its operation's steps ` +
+        `have left of ${MAX_STEP_RESULTS_BYTES} together: its work ran, and its result is not recorded, so a retry ` +
+        'runs it again. Return ids, not whole documents.',
     );
   }
   return json;

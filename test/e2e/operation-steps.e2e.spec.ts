@@ -258,11 +258,18 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
       expect(again).toEqual({ result: { nothing: null }, replayed: false });
     });
 
-    it('a result larger than a step keeps (1 MiB of JSON)', async () => {
-      const flow = (run: IdempotencyRun) => run.step('document', async () => 'x'.repeat(1024 * 1024));
-      await expect(idempotency.execute({ name: 'large', key: randomUUID() }, flow)).rejects.toMatchObject(
-        stepFault('result_too_large'),
-      );
+    it('results larger together than an operation keeps (1 MiB of JSON), counting those recorded by earlier attempts', async () => {
+      const operation = { name: 'large', key: randomUUID() };
+      const half = 'x'.repeat(600 * 1024);
+      let failFirst = true;
+      const flow = async (run: IdempotencyRun) => {
+        await run.step('first', async () => half);
+        if (failFirst) throw new Interrupted('after the first');
+        await run.step('second', async () => half);
+      };
+      await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(Interrupted);
+      failFirst = false;
+      await expect(idempotency.execute(operation, flow)).rejects.toMatchObject(stepFault('result_too_large'));
     });
 
     it('a name the stores would not keep as it is (a NUL, a lone surrogate)', async () => {
@@ -429,6 +436,39 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
         // Not recorded: the retry runs the step again (and fails the same way).
         await expect(idempotency.execute(operation, flow)).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
         expect(runs).toBe(2);
+      });
+
+      it('answers a transactional step whose recovery point is not recorded in time 503, its rows rolled back', async () => {
+        const operation = { name: 'locked', key: randomUUID() };
+        const context = app.context.get(PostgresIdempotencyContext);
+        let open!: () => void;
+        const gate = new Promise<void>((resolve) => (open = resolve));
+        let ran = false;
+        const flow = (run: IdempotencyRun) =>
+          run.step(
+            'write-row',
+            async () => {
+              ran = true;
+              await context.getRepository(LedgerEntry).insert({ key: operation.key });
+              await gate;
+            },
+            { transactional: true },
+          );
+        const running = idempotency.execute(operation, flow);
+        await waitFor(async () => (ran ? true : undefined), 'the step to run');
+        const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [
+          operation.key,
+        ]);
+        try {
+          open();
+          await expect(running).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
+        } finally {
+          await lock.letGo();
+        }
+        const [{ n }] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM ledger_entries WHERE key = $1', [
+          operation.key,
+        ]);
+        expect(n).toBe(0);
       });
 
       it('rolls back the rows of a fenced attempt with its step', async () => {
