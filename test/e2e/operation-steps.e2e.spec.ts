@@ -312,6 +312,8 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
     );
     // The first attempt's lease lapses (no renewal comes: its renewals are a third of a 0.3 s lease, which the
     // takeover below beats by taking the key once it is free).
+    // Taken over once the first attempt's step runs (its claim made), never before its claim.
+    await waitFor(async () => (ran.includes('slow@first') ? true : undefined), 'the first step');
     const taken = await takeOver(operation, (run) => run.step('slow', async () => (ran.push('slow@taker'), 'taker')));
     release();
     await expect(slow).rejects.toMatchObject(stepFault('claim_lost'));
@@ -476,6 +478,7 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
         const context = app.context.get(PostgresIdempotencyContext);
         let release!: () => void;
         const held = new Promise<void>((resolve) => (release = resolve));
+        let inserted = false;
         const slow = idempotency.execute(
           operation,
           (run) =>
@@ -483,12 +486,15 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
               'write-row',
               async () => {
                 await context.getRepository(LedgerEntry).insert({ key: operation.key });
+                inserted = true;
                 await held;
               },
               { transactional: true },
             ),
           { leaseSeconds: 0.3 },
         );
+        // Taken over once the first attempt's step has written (its claim made), never before its claim.
+        await waitFor(async () => (inserted ? true : undefined), 'the step to write');
         const taken = await takeOver(operation, async () => 'taker, writing nothing');
         release();
         await expect(slow).rejects.toMatchObject(stepFault('claim_lost'));
