@@ -39,14 +39,18 @@ class StandardBenchController {
     return charges;
   }
 
-  /** Each insert a step; on PostgreSQL committed with its recovery point, as docs/steps.md says a step that writes is. */
+  /**
+   * Each insert a step; on PostgreSQL committed with its recovery point, as docs/steps.md says a step that writes is.
+   */
   @Post('stepped')
   @Idempotent()
   stepped(@Body() body: ChargeBody) {
     return this.inSteps(body, !ON_REDIS);
   }
 
-  /** Each insert a step recorded after it, on its own: what recording a step costs, without a transaction of its own. */
+  /**
+   * Each insert a step recorded after it, on its own: what recording a step costs, without a transaction of its own.
+   */
   @Post('stepped-plain')
   @Idempotent()
   steppedPlain(@Body() body: ChargeBody) {

@@ -73,7 +73,9 @@ function stepsOf(steps: string[]): string {
   return `${shown.join(', ')} (${steps.length})`;
 }
 
-/** A name as it is, unless it could be misread in the list (a comma, a quote, spaces around it, a control character). */
+/**
+ * A name as it is, unless it could be misread in the list (a comma, a quote, spaces around it, a control character).
+ */
 function stepName(name: string): string {
   // eslint-disable-next-line no-control-regex
   return /[,"\u0000-\u001f\u007f]|^\s|\s$/.test(name) ? JSON.stringify(name) : name;

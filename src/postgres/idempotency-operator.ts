@@ -124,8 +124,7 @@ export class IdempotencyOperator implements IdempotencyOperations {
    * release gave it, as `inspect()` shows. When nothing was deleted, the record is read again to say why.
    */
   async release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult> {
-    // '' is a Redis record's attempt once released with its steps; every record here has a token (and the uuid column
-    // would refuse ''): it holds none of them.
+    // Every record here has a token, a UUID: '' holds none of them (and the uuid column would refuse it, as a fault).
     if (attempt === '') return releaseResult(false, () => this.inspect(scope));
     const [{ count }] = await this.query(this.statements.discard.text, [
       scope.account,

@@ -109,7 +109,8 @@ export class RedisIdempotencyOperator implements IdempotencyOperations {
    * Deletes the in-progress record of `scope` if `attempt` still holds it, lease lapsed or not, steps and all, in one
    * script that wakes the attempts waiting for it on the store's channel, as the store's release does (which, unlike
    * this one, keeps a record with steps for its request to resume); a completed record is never released. A record
-   * released with its steps holds the token its release gave it (its `attempt`). When nothing was deleted, the record is read again to say why.
+   * released with its steps holds the token its release gave it (its `attempt`). When nothing was deleted, the record
+   * is read again to say why.
    */
   async release(scope: IdempotencyScope, attempt: string): Promise<OperatorReleaseResult> {
     const key = this.records.keyOf(scope);

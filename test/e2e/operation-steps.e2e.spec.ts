@@ -440,63 +440,54 @@ describeOnStores('Steps of an operation on %s', (store: StandardStore) => {
         expect(runs).toBe(2);
       });
 
-      it('answers a transactional step whose recovery point is not recorded in time 503, its rows rolled back', async () => {
-        const operation = { name: 'locked', key: randomUUID() };
+      /**
+       * A transactional step that writes a ledger row of `key`, then waits for `finish()` before it ends: `written`
+       * once the row is written (its operation claimed).
+       */
+      function rowStepHeldOpen(key: string) {
         const context = app.context.get(PostgresIdempotencyContext);
-        let open!: () => void;
-        const gate = new Promise<void>((resolve) => (open = resolve));
-        let ran = false;
+        let finish!: () => void;
+        const held = new Promise<void>((resolve) => (finish = resolve));
+        let wrote!: () => void;
+        const written = new Promise<void>((resolve) => (wrote = resolve));
         const flow = (run: IdempotencyRun) =>
           run.step(
             'write-row',
             async () => {
-              ran = true;
-              await context.getRepository(LedgerEntry).insert({ key: operation.key });
-              await gate;
+              await context.getRepository(LedgerEntry).insert({ key });
+              wrote();
+              await held;
             },
             { transactional: true },
           );
-        const running = idempotency.execute(operation, flow);
-        await waitFor(async () => (ran ? true : undefined), 'the step to run');
+        return { flow, written, finish };
+      }
+
+      it('answers a transactional step whose recovery point is not recorded in time 503, its rows rolled back', async () => {
+        const operation = { name: 'locked', key: randomUUID() };
+        const step = rowStepHeldOpen(operation.key);
+        const running = idempotency.execute(operation, step.flow);
+        await step.written;
         const lock = await holdLock(db.url, 'SELECT 1 FROM idempotency_records WHERE idempotency_key = $1 FOR UPDATE', [
           operation.key,
         ]);
         try {
-          open();
+          step.finish();
           await expect(running).rejects.toBeInstanceOf(IdempotencyStoreUnavailableError);
         } finally {
           await lock.letGo();
         }
-        const [{ n }] = await db.query<{ n: number }>('SELECT count(*)::int AS n FROM ledger_entries WHERE key = $1', [
-          operation.key,
-        ]);
-        expect(n).toBe(0);
+        expect(await entriesOf(operation.key)).toBe(0);
       });
 
       it('rolls back the rows of a fenced attempt with its step', async () => {
         const operation = { name: 'rows', key: randomUUID() };
-        const context = app.context.get(PostgresIdempotencyContext);
-        let release!: () => void;
-        const held = new Promise<void>((resolve) => (release = resolve));
-        let inserted = false;
-        const slow = idempotency.execute(
-          operation,
-          (run) =>
-            run.step(
-              'write-row',
-              async () => {
-                await context.getRepository(LedgerEntry).insert({ key: operation.key });
-                inserted = true;
-                await held;
-              },
-              { transactional: true },
-            ),
-          { leaseSeconds: 0.3 },
-        );
+        const step = rowStepHeldOpen(operation.key);
+        const slow = idempotency.execute(operation, step.flow, { leaseSeconds: 0.3 });
         // Taken over once the first attempt's step has written (its claim made), never before its claim.
-        await waitFor(async () => (inserted ? true : undefined), 'the step to write');
+        await step.written;
         const taken = await takeOver(operation, async () => 'taker, writing nothing');
-        release();
+        step.finish();
         await expect(slow).rejects.toMatchObject(stepFault('claim_lost'));
         expect(taken.result).toBe('taker, writing nothing');
         expect(await entriesOf(operation.key)).toBe(0);

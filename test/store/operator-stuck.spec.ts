@@ -1,11 +1,12 @@
 import { randomUUID } from 'node:crypto';
 import { IdempotencyOperator } from '../../src/postgres/index.js';
-import type { IdempotencyScope, IdempotencyStore } from '../../src/protocol/idempotency-store.interface.js';
+import type { IdempotencyStore } from '../../src/protocol/idempotency-store.interface.js';
 import { IDEMPOTENCY_STORE } from '../../src/protocol/idempotency.tokens.js';
 import { scopeLockKey } from '../../src/postgres/holder-locks.js';
 import { type HeldLock, holdLock } from '../support/hold-lock.js';
 import { startTestContext, type TestContext } from '../support/test-app.js';
 import { useTestDatabase } from '../support/test-database.js';
+import { operatorStepsCases } from '../support/operator-steps-cases.js';
 
 /**
  * Which records in progress `stuck()` lists and how `inspect()` shows them: a live attempt (within its lease, or
@@ -89,78 +90,9 @@ describe("IdempotencyOperator's view of attempts in progress", () => {
     }
   });
 
-  const store = () => context!.moduleRef.get<IdempotencyStore>(IDEMPOTENCY_STORE);
-  const LONG = { leaseSeconds: 60, ttlSeconds: 600 };
-
-  /** A record of a new scope claimed with fingerprint `fp`, its steps recorded in order; its scope and attempt. */
-  async function withSteps(names: string[]): Promise<{ scope: IdempotencyScope; attempt: string }> {
-    const scope = { account: '', endpoint: 'POST /refunds', key: `steps-${randomUUID()}` };
-    const attempt = randomUUID();
-    expect(await store().claim(scope, 'fp', attempt, LONG)).toEqual({ claimed: true, takeover: false });
-    for (const name of names) {
-      expect(await store().recordStep!({ scope, attempt }, { name, result: JSON.stringify({ secret: name }) })).toBe(
-        true,
-      );
-    }
-    return { scope, attempt };
-  }
-
-  it("shows the names of a record's steps in order, never their results; none as []", async () => {
-    const { scope, attempt } = await withSteps(['create-charge', 'charge-card', 'send-receipt']);
-    try {
-      const record = await operator().inspect(scope);
-      expect(record).toMatchObject({ state: 'running', steps: ['create-charge', 'charge-card', 'send-receipt'] });
-      expect(JSON.stringify(record)).not.toContain('secret');
-      expect((await operator().find({ key: scope.key }))[0].steps).toEqual(record!.steps);
-      expect((await operator().list('running')).find(({ key }) => key === scope.key)?.steps).toEqual(record!.steps);
-      const bare = await withSteps([]);
-      expect(await operator().inspect(bare.scope)).toMatchObject({ steps: [] });
-      await store().release(bare);
-    } finally {
-      await store().release({ scope, attempt });
-    }
-  });
-
-  it('discards a record the store released with its steps, fenced on the token shown: the next claim is a new one', async () => {
-    const { scope, attempt } = await withSteps(['create-charge', 'charge-card']);
-    // The store's release keeps it, for the same request to resume: no attempt holds it, its lease ended.
-    expect(await store().release({ scope, attempt })).toBe(true);
-    const kept = await operator().inspect(scope);
-    expect(kept).toMatchObject({
-      state: 'lease-lapsed',
-      status: 'in_progress',
-      steps: ['create-charge', 'charge-card'],
-    });
-    expect(kept!.attempt).not.toBe(attempt);
-    expect((await operator().stuck()).find(({ key }) => key === scope.key)?.steps).toEqual(kept!.steps);
-    // Another request of the key is refused while the record stands.
-    expect(await store().claim(scope, 'other-fp', randomUUID(), LONG)).toMatchObject({
-      claimed: false,
-      existing: { status: 'in_progress' },
-    });
-
-    for (const wrong of [attempt, randomUUID(), '']) {
-      expect(await operator().release(scope, wrong)).toEqual({ outcome: 'other-attempt', record: kept });
-    }
-    expect(await operator().release(scope, kept!.attempt)).toEqual({ outcome: 'released' });
-    expect(await operator().inspect(scope)).toBeUndefined();
-    expect(await operator().release(scope, kept!.attempt)).toEqual({ outcome: 'not-found' });
-    // Steps and all: another request of the key now claims it anew, with no step to resume from.
-    const next = randomUUID();
-    expect(await store().claim(scope, 'other-fp', next, LONG)).toEqual({ claimed: true, takeover: false });
-    await store().release({ scope, attempt: next });
-  });
-
-  it('discards a record with steps held by a live attempt, fenced on it, and never a completed one', async () => {
-    const { scope, attempt } = await withSteps(['create-charge']);
-    expect(await operator().release(scope, randomUUID())).toMatchObject({ outcome: 'other-attempt' });
-    expect(await operator().release(scope, attempt)).toEqual({ outcome: 'released' });
-    expect(await store().claim(scope, 'fp', randomUUID(), LONG)).toEqual({ claimed: true, takeover: false });
-
-    const completed = await withSteps(['create-charge']);
-    const response = { status: 201, headers: {}, body: Buffer.from('{}') };
-    expect(await store().complete(completed, response, 600)).toBe(true);
-    expect(await operator().inspect(completed.scope)).toMatchObject({ state: 'completed', steps: ['create-charge'] });
-    expect(await operator().release(completed.scope, completed.attempt)).toMatchObject({ outcome: 'completed' });
-  });
+  operatorStepsCases(() => ({
+    store: context!.moduleRef.get<IdempotencyStore>(IDEMPOTENCY_STORE),
+    operator: operator(),
+    newScope: () => ({ account: '', endpoint: 'POST /refunds', key: `steps-${randomUUID()}` }),
+  }));
 });

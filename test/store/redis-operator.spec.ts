@@ -13,6 +13,7 @@ import {
 import { useRedisCluster } from '../support/redis-cluster.js';
 import { newRedisClient, redis, redisCluster } from '../support/redis.js';
 import { describeWith } from '../support/required-service.js';
+import { operatorStepsCases } from '../support/operator-steps-cases.js';
 
 /**
  * The operator's tool on Redis, on records its store wrote on a real Redis (and on a local Redis Cluster): where each
@@ -219,87 +220,11 @@ describeWith(redis, 'RedisIdempotencyOperator on one Redis', () => {
     }
   });
 
-  /** A record of a new scope claimed with fingerprint `fp`, its steps recorded in order; its scope and attempt. */
-  async function withSteps(names: string[]): Promise<{ scope: IdempotencyScope; attempt: string }> {
-    const scope = scopeOf(`steps-${randomUUID()}`);
-    const attempt = await records.claimed(scope);
-    for (const name of names) {
-      const step = { name, result: JSON.stringify({ secret: name }) };
-      expect(await records.store().recordStep({ scope, attempt }, step)).toBe(true);
-    }
-    return { scope, attempt };
-  }
-
-  it("shows the names of a record's steps in order, never their results, in every listing", async () => {
-    const { scope } = await withSteps(['create-charge', 'charge-card', 'send-receipt']);
-    const record = await operator().inspect(scope);
-    expect(record).toMatchObject({ state: 'running', steps: ['create-charge', 'charge-card', 'send-receipt'] });
-    expect(JSON.stringify(record)).not.toContain('secret');
-    expect((await operator().find({ key: scope.key }))[0].steps).toEqual(record!.steps);
-    expect((await operator().find({ key: scope.key }, { body: true }))[0].steps).toEqual(record!.steps);
-    expect((await operator().list('running')).find(({ key }) => key === scope.key)?.steps).toEqual(record!.steps);
-  });
-
-  it('discards a record the store released with its steps, fenced on the token its release gave it', async () => {
-    const { scope, attempt } = await withSteps(['create-charge', 'charge-card']);
-    // The store's release keeps it, for the same request to resume: its lease ended, held by a token no attempt has.
-    expect(await records.store().release({ scope, attempt })).toBe(true);
-    const kept = await operator().inspect(scope);
-    expect(kept).toMatchObject({
-      state: 'lease-lapsed',
-      status: 'in_progress',
-      steps: ['create-charge', 'charge-card'],
-    });
-    expect(kept?.attempt).toMatch(/^[0-9a-f-]{36}$/);
-    expect(kept?.attempt).not.toBe(attempt);
-    expect((await operator().stuck()).find(({ key }) => key === scope.key)).toEqual(kept);
-    // Another request of the key is refused while the record stands.
-    expect(await records.store().claim(scope, 'other-fp', randomUUID(), LONG)).toMatchObject({
-      claimed: false,
-      existing: { status: 'in_progress' },
-    });
-
-    for (const wrong of [attempt, randomUUID(), '']) {
-      expect(await operator().release(scope, wrong)).toEqual({ outcome: 'other-attempt', record: kept });
-    }
-    expect(await operator().release(scope, kept!.attempt)).toEqual({ outcome: 'released' });
-    expect(await operator().inspect(scope)).toBeUndefined();
-    expect(await operator().release(scope, kept!.attempt)).toEqual({ outcome: 'not-found' });
-    // Steps and all: another request of the key now claims it anew, with no step to resume from.
-    expect(await records.store().claim(scope, 'other-fp', randomUUID(), LONG)).toEqual({
-      claimed: true,
-      takeover: false,
-    });
-  });
-
-  it('refuses the release of an operator who read the record before a retry resumed it and released it again', async () => {
-    const { scope, attempt } = await withSteps(['create-charge']);
-    await records.store().release({ scope, attempt });
-    const seen = await operator().inspect(scope);
-    // A retry resumes it, records a step, and fails again: the record moved on since the operator read it.
-    const retry = { scope, attempt: randomUUID() };
-    expect(await records.store().claim(scope, 'fp', retry.attempt, LONG)).toMatchObject({ claimed: true });
-    expect(await records.store().recordStep(retry, { name: 'charge-card', result: '1' })).toBe(true);
-    expect(await records.store().release(retry)).toBe(true);
-    expect(await operator().release(scope, seen!.attempt)).toMatchObject({ outcome: 'other-attempt' });
-    expect((await operator().inspect(scope))?.steps).toEqual(['create-charge', 'charge-card']);
-  });
-
-  it('discards a record with steps held by a live attempt, fenced on it, never a completed one', async () => {
-    const { scope, attempt } = await withSteps(['create-charge']);
-    for (const wrong of ['', randomUUID()]) {
-      expect(await operator().release(scope, wrong)).toMatchObject({ outcome: 'other-attempt', record: { attempt } });
-    }
-    expect(await operator().release(scope, attempt)).toEqual({ outcome: 'released' });
-    expect(await records.store().claim(scope, 'fp', randomUUID(), LONG)).toEqual({ claimed: true, takeover: false });
-
-    const completed = await withSteps(['create-charge']);
-    expect(await records.store().complete(completed, OUTCOME, LONG.ttlSeconds)).toBe(true);
-    expect(await operator().inspect(completed.scope)).toMatchObject({ state: 'completed', steps: ['create-charge'] });
-    for (const tried of [completed.attempt, '']) {
-      expect(await operator().release(completed.scope, tried)).toMatchObject({ outcome: 'completed' });
-    }
-  });
+  operatorStepsCases(() => ({
+    store: records.store(),
+    operator: operator(),
+    newScope: () => scopeOf(`steps-${randomUUID()}`),
+  }));
 
   it('lists only the records under its own prefix, read literally (glob characters in it are no wildcards)', async () => {
     const globbed = recordsOn(() => client as Redis, `${prefix}[glob]*?:`);
