@@ -12,6 +12,7 @@ import { accountOf } from './auth/account-of.js';
 import { ApiKeyGuard } from './auth/api-key.guard.js';
 import { payoutBrokers } from './brokers/payout-brokers.js';
 import { Charge } from './charges/charge.entity.js';
+import { ChargeCompletions } from './charges/charge-completions.js';
 import { ChargesController } from './charges/charges.controller.js';
 import { ChargesResolver } from './charges/charges.resolver.js';
 import { ChargesService } from './charges/charges.service.js';
@@ -72,6 +73,10 @@ export class AppModule implements NestModule {
           inFlight: config.inFlight,
           profile: config.profile,
           shutdownTimeoutSeconds: config.shutdownTimeoutSeconds,
+          completer: {
+            intervalSeconds: config.completerIntervalSeconds,
+            backoffSeconds: config.completerBackoffSeconds,
+          },
           accountResolver: accountOf,
         }),
         // GET /health: the store's health, through terminus.
@@ -105,6 +110,7 @@ export class AppModule implements NestModule {
         { provide: APP_GUARD, useClass: ApiKeyGuard },
         OperatorTokenGuard,
         ChargesService,
+        ChargeCompletions,
         ChargesResolver,
         RefundsService,
         PayoutWorker,

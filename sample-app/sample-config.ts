@@ -28,6 +28,13 @@ export interface SampleConfig {
   inFlight: 'conflict' | 'wait';
   /** The dialect of the module's answers (`IDEMPOTENCY_PROFILE`): its own, Stripe's, or RFC 9457 problem details. */
   profile: HttpProfileName;
+  /**
+   * How often the completer looks for charges their clients abandoned (`IDEMPOTENCY_COMPLETER_INTERVAL_SECONDS`), and
+   * how long after a lease ended it leaves one for the client's retry (`IDEMPOTENCY_COMPLETER_BACKOFF_SECONDS`).
+   * `off`: no completer.
+   */
+  completerIntervalSeconds: number | false;
+  completerBackoffSeconds: number;
   /** On SIGTERM/SIGINT, how long running charges may take to finish before their claims are released. */
   shutdownTimeoutSeconds: number;
   /** Whether this process pays pending payouts in the background, and how often it looks for them. */
@@ -97,6 +104,11 @@ export function sampleConfigFromEnv(env: NodeJS.ProcessEnv, databaseUrl: string)
     transactional: choice(env, 'IDEMPOTENCY_TRANSACTIONAL', ['true', 'false'], 'true') === 'true',
     inFlight: choice(env, 'IDEMPOTENCY_IN_FLIGHT', ['conflict', 'wait'], 'conflict'),
     profile: profileFromEnv(env),
+    completerIntervalSeconds:
+      env.IDEMPOTENCY_COMPLETER_INTERVAL_SECONDS === 'off'
+        ? false
+        : integer(env, 'IDEMPOTENCY_COMPLETER_INTERVAL_SECONDS', 30, 1),
+    completerBackoffSeconds: integer(env, 'IDEMPOTENCY_COMPLETER_BACKOFF_SECONDS', 10, 1),
     shutdownTimeoutSeconds: integer(env, 'IDEMPOTENCY_SHUTDOWN_TIMEOUT_SECONDS', 10, 1),
     payoutWorker: choice(env, 'PAYOUT_WORKER', ['true', 'false'], 'true') === 'true',
     payoutPollMs: integer(env, 'PAYOUT_POLL_MS', 500, 10),

@@ -11,6 +11,7 @@ import type { IdempotencyModuleOptions } from './idempotency-options.js';
 import { IdempotencyService } from './protocol/idempotency.service.js';
 import { IdempotencySetupError } from './protocol/idempotency-setup.error.js';
 import { IdempotencyLifecycle } from './protocol/idempotency-lifecycle.js';
+import { IdempotencyCompleter } from './protocol/idempotency-completer.js';
 import { refuseTransactionalHandlers } from './protocol/transactional-handlers.js';
 
 /** Marks the check below as done; nothing injects it, and Nest creates every provider at start-up. */
@@ -59,6 +60,7 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
   providers: [
     IdempotencyService,
     IdempotencyLifecycle,
+    IdempotencyCompleter,
     IdempotencyContext,
     // The transports served, one per kind of call: HTTP's registration here; the others with their room's module.
     IdempotencyTransports,
@@ -73,7 +75,13 @@ function refuseMoreThanOne(modules: ModulesContainer): true {
     },
   ],
   // The transports of other rooms' modules register in `IdempotencyTransports`, and read the module's options.
-  exports: [IdempotencyService, IdempotencyContext, IdempotencyTransports, IDEMPOTENCY_MODULE_OPTIONS],
+  exports: [
+    IdempotencyService,
+    IdempotencyCompleter,
+    IdempotencyContext,
+    IdempotencyTransports,
+    IDEMPOTENCY_MODULE_OPTIONS,
+  ],
 })
 export class IdempotencyModule {
   // The builder's methods, typed so that the compiler asks for `store` (which has no default), on this module.

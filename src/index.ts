@@ -14,6 +14,7 @@ export type { IdempotencyStep, StepOptions } from './protocol/idempotency-step.j
 export type { IdempotencyModuleOptions, IdempotentOptions } from './idempotency-options.js';
 export type {
   AccountResolver,
+  CompleterOptions,
   OutcomeEncryptionOptions,
   OutcomeRedaction,
 } from './protocol/idempotency-options.interface.js';
@@ -25,6 +26,15 @@ export type { IdempotencyScope, StoredResponse } from './protocol/idempotency-st
 export { IdempotencyService } from './protocol/idempotency.service.js';
 export type { ExecuteResult, IdempotentOperation } from './protocol/idempotent-operations.js';
 export type { Jsonified, JsonResult } from './protocol/jsonified.js';
+
+// The completer: abandoned operations finished by a worker of the application.
+export {
+  type AbandonedOperation,
+  type CompletedOutcome,
+  type CompletionPass,
+  IdempotencyCompleter,
+  type OperationCompletion,
+} from './protocol/idempotency-completer.js';
 
 // Errors: the answers of the module (each with a stable `code`), and the refusals at start-up.
 export {

@@ -36,15 +36,34 @@ export class ChargesService {
    * card is a final answer: the charge is recorded as failed, and the 402 is stored and replayed.
    */
   async create(account: string, input: ChargeInput): Promise<Charge> {
-    const chargeId = await this.step(
-      'create-charge',
-      async () => {
-        const charges = this.charges();
-        const charge = charges.create({ id: newId('ch'), account, status: 'pending', amountRefunded: 0, ...input });
-        return (await charges.save(charge)).id;
-      },
-      { transactional: true },
-    );
+    const chargeId = await this.createCharge(async () => {
+      const charges = this.charges();
+      const charge = charges.create({ id: newId('ch'), account, status: 'pending', amountRefunded: 0, ...input });
+      return (await charges.save(charge)).id;
+    });
+    return this.settle(account, chargeId, input);
+  }
+
+  /**
+   * The completer's (`ChargeCompletions`): a charge whose client went away, resumed from the row its first step wrote,
+   * which holds its input. One that never got so far has nothing to finish: it fails, its record is released, and the
+   * client's retry, if it comes, charges anew.
+   */
+  async complete(account: string): Promise<Charge> {
+    const chargeId = await this.createCharge(async () => {
+      throw new Error('the charge row was never written: nothing to complete');
+    });
+    const { amount, currency, description, source } = await this.get(account, chargeId);
+    return this.settle(account, chargeId, { amount, currency, description, source });
+  }
+
+  /** The first step: the charge row (its transaction commits with the recovery point). */
+  private createCharge(write: () => Promise<string>): Promise<string> {
+    return this.step('create-charge', write, { transactional: true });
+  }
+
+  /** The steps after the charge row: the card, its result, the receipt. */
+  private async settle(account: string, chargeId: string, input: ChargeInput): Promise<Charge> {
     const card = await this.step('charge-card', (step) => this.chargeCard(account, input, step));
     await this.step(
       'record-result',

@@ -10,3 +10,4 @@ export { HTTP_PROFILES, type HttpProfileName } from './answers/http-profile.js';
 export { sha256Fingerprint } from './requests/http-policy.js';
 export { jsonFieldsFingerprint, type JsonFieldsSelection } from './requests/json-fields-fingerprint.js';
 export { isFinalStatusByDefault } from '../transport-kit/final-statuses.js';
+export { routeCompletion } from './route-completion.js';

@@ -1,5 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import type {
+  AbandonedQuery,
+  AbandonedRecord,
   ClaimResult,
   ClaimTiming,
   ExistingRecord,
@@ -258,6 +260,26 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
       },
       rollback: (transaction) => this.unlock(transaction),
     });
+  }
+
+  /** As the PostgreSQL store: in progress, not expired, idle past its backoff, idle longest first. */
+  async findAbandoned(query: AbandonedQuery): Promise<AbandonedRecord[]> {
+    const now = this.now();
+    const endpoints = new Set(query.endpoints);
+    const idleSince = (record: MemoryRecord) =>
+      (record.lockedUntil as number) +
+      Math.min(query.maxBackoffSeconds, query.backoffSeconds * 2 ** (record.attempts - 1)) * 1000;
+    const found: Array<{ record: MemoryRecord; abandoned: AbandonedRecord }> = [];
+    for (const [key, record] of this.records) {
+      const [account, endpoint, scopeKey] = JSON.parse(key) as [string, string, string];
+      if (record.status !== 'in_progress' || !endpoints.has(endpoint) || record.attempts >= query.maxAttempts) continue;
+      if (record.expiresAt <= now || idleSince(record) > now) continue;
+      const { fingerprint, attempts, steps } = record;
+      const scope = { account, endpoint, key: scopeKey };
+      found.push({ record, abandoned: { scope, fingerprint, attempts, steps: steps.map(({ name }) => name) } });
+    }
+    found.sort((a, b) => (a.record.lockedUntil as number) - (b.record.lockedUntil as number));
+    return found.slice(0, query.limit).map(({ abandoned }) => abandoned);
   }
 
   /** Always answers: the records are in this process's memory, and its waits are woken there, with nothing to listen on. */

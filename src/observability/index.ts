@@ -2,6 +2,7 @@
 // the names of the module's OpenTelemetry meter, metrics' values and spans (see docs/observability.md).
 export {
   IDEMPOTENCY_CHANNELS,
+  type CompletionEvent,
   type FinalizeGaveUpEvent,
   type IdempotencyEventPayloads,
   type LockLostEvent,

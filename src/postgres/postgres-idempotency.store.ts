@@ -3,6 +3,8 @@ import type { ClientConfig, Pool, QueryConfig } from 'pg';
 import type { DataSource, QueryRunner } from 'typeorm';
 import type { PostgresDriver } from 'typeorm/driver/postgres/PostgresDriver.js';
 import type {
+  AbandonedQuery,
+  AbandonedRecord,
   ClaimResult,
   ClaimTiming,
   IdempotencyClaim,
@@ -65,6 +67,16 @@ export type PostgresStoreConnectionOptions = Pick<
  * (twice their size), where a statement of its own sends them as bytes.
  */
 const BATCHED_BODY_BYTES = 64 * 1024;
+
+/** An abandoned record as the statement reads it. */
+interface AbandonedRow {
+  account: string;
+  endpoint: string;
+  key: string;
+  fingerprint: string;
+  attempts: number;
+  steps: string[];
+}
 
 /** The record store on PostgreSQL, through the application's TypeORM data source. */
 export class PostgresIdempotencyStore implements IdempotencyStore {
@@ -394,6 +406,19 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
     if (this.outcomeWaits instanceof RecordPolling) return {};
     const listening = await this.outcomeWaits.isListening(Math.max(0, deadline - Date.now()), check.listen === true);
     return { listening };
+  }
+
+  async findAbandoned(query: AbandonedQuery): Promise<AbandonedRecord[]> {
+    const { endpoints, maxAttempts, backoffSeconds, maxBackoffSeconds, limit } = query;
+    const rows = await this.statementsOf.query<AbandonedRow>(this.statements.abandoned, [
+      ...[endpoints, maxAttempts, backoffSeconds, maxBackoffSeconds, limit],
+    ]);
+    return rows.map(({ account, endpoint, key, fingerprint, attempts, steps }) => ({
+      scope: { account, endpoint, key },
+      fingerprint,
+      attempts,
+      steps,
+    }));
   }
 
   purgeExpired(batchSize: number): Promise<number> {

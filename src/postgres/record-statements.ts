@@ -17,6 +17,8 @@ export interface RecordStatements {
   /** A step of the attempt holding the claim, appended to the record's (`recordStep`). */
   recordStep: Statement;
   markAwaited: Statement;
+  /** The abandoned records of some endpoints, for the completer (`findAbandoned`). */
+  abandoned: Statement;
   purge: Statement;
   /** The same claims, completions and releases of standard attempts, many records in one statement each. */
   claimBatch: Statement;
@@ -197,6 +199,15 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       SELECT 1 FROM ${table} WHERE ${scope} AND status = 'in_progress' AND locked_until > now() AND awaited
     )
     SELECT ((SELECT count(*) FROM marked) + (SELECT count(*) FROM already))::int AS count`);
+  // In progress, not expired, its lease ended at least its backoff ago; the partial index on in-progress records
+  // (`<table>_in_progress_idx`) keeps it off the completed ones, however many the table holds.
+  const abandoned = prepared(`
+    SELECT account, endpoint, idempotency_key AS key, fingerprint, attempts,
+           COALESCE(jsonb_path_query_array(steps, '$[*].name'), '[]'::jsonb) AS steps
+    FROM ${table}
+    WHERE status = 'in_progress' AND endpoint = ANY($1::text[]) AND attempts < $2 AND expires_at > now()
+      AND locked_until <= now() - make_interval(secs => least($4::float8, $3::float8 * power(2, attempts - 1)))
+    ORDER BY locked_until LIMIT $5`);
   // SKIP LOCKED keeps the purge off rows a claim is taking over right now. The batch is chosen once (MATERIALIZED): as
   // a subquery, a plan that scans it again for each row of the table deletes a new batch each time, past its LIMIT.
   const purge = prepared(`
@@ -215,6 +226,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     discard,
     recordStep,
     markAwaited,
+    abandoned,
     purge,
     ...batchStatements(table, channel),
   };

@@ -16,6 +16,8 @@ export const IDEMPOTENCY_CHANNELS = {
   recordUnreadable: 'nest-idempotency:record-unreadable',
   /** A store operation failed or timed out, and the attempt was refused (503) or its finalize deferred. */
   storeUnavailable: 'nest-idempotency:store-unavailable',
+  /** The completer claimed an abandoned operation again: completed it, failed, or failed on its last attempt. */
+  completion: 'nest-idempotency:completion',
 } as const;
 
 export interface LockLostEvent {
@@ -53,12 +55,23 @@ export interface StoreUnavailableEvent {
   error: unknown;
 }
 
+export interface CompletionEvent {
+  scope: IdempotencyScope;
+  /** The completer's attempt's number among those that claimed the operation. */
+  attempt: number;
+  /** `gave-up`: it failed on its last attempt (`completer.maxAttempts`), and is left in progress for an operator. */
+  outcome: 'completed' | 'failed' | 'gave-up';
+  /** Why it failed. */
+  error?: unknown;
+}
+
 export interface IdempotencyEventPayloads {
   lockLost: LockLostEvent;
   takeover: TakeoverEvent;
   finalizeGaveUp: FinalizeGaveUpEvent;
   recordUnreadable: RecordUnreadableEvent;
   storeUnavailable: StoreUnavailableEvent;
+  completion: CompletionEvent;
 }
 
 /**

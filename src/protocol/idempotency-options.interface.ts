@@ -66,6 +66,34 @@ export interface OutcomeEncryptionOptions {
   acceptPlaintext?: boolean;
 }
 
+/**
+ * The completer's schedule and bounds (`IdempotencyCompleter`, docs/steps.md): operations registered with it whose
+ * attempt was abandoned are claimed again, one after another, until they complete or it gives up on them.
+ */
+export interface CompleterOptions {
+  /**
+   * Looks for abandoned operations every so many seconds, once the application has started; the timer never keeps the
+   * process alive and stops on shutdown. `false`: only when `IdempotencyCompleter.completeAbandoned()` is called.
+   * Default: 30 s.
+   */
+  intervalSeconds?: number | false;
+  /** Operations claimed per look, one after another. Default: 10. */
+  batchSize?: number;
+  /**
+   * Gives up on an operation once this many attempts have claimed it (a client's retries and a message's deliveries
+   * count as the completer's do): its record stays in progress, for an operator to see and release, or until it
+   * expires. Default: 5.
+   */
+  maxAttempts?: number;
+  /**
+   * How long an operation is left alone after its lease ended, before the completer claims it: a client's retry
+   * usually comes first. Doubled for each attempt that has claimed it, up to `maxBackoffSeconds`. Default: 10 s.
+   */
+  backoffSeconds?: number;
+  /** The longest the backoff grows. Default: 3600 s. */
+  maxBackoffSeconds?: number;
+}
+
 /** The protocol's options of `IdempotencyModule.forRoot()`. */
 export interface ProtocolModuleOptions extends ProtocolIdempotentOptions {
   /**
@@ -111,4 +139,6 @@ export interface ProtocolModuleOptions extends ProtocolIdempotentOptions {
    * `idempotency_record_unreadable`). Default: none (outcomes are stored in plaintext).
    */
   encryption?: OutcomeEncryptionOptions;
+  /** The completer's schedule and bounds, for the operations registered with `IdempotencyCompleter`. */
+  completer?: CompleterOptions;
 }

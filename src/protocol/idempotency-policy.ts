@@ -1,5 +1,6 @@
 import type {
   AccountResolver,
+  CompleterOptions,
   OutcomeRedaction,
   ProtocolModuleOptions,
   ProtocolIdempotentOptions,
@@ -54,6 +55,18 @@ export function resolvePurgeSettings(options: ProtocolModuleOptions): {
   return {
     batchSize,
     intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds),
+  };
+}
+
+/** The completer's settings, checked. */
+export function resolveCompleterSettings({ completer = {} }: ProtocolModuleOptions): Required<CompleterOptions> {
+  const intervalSeconds = completer.intervalSeconds ?? 30;
+  return {
+    intervalSeconds: intervalSeconds === false ? false : positive('completer.intervalSeconds', intervalSeconds),
+    batchSize: positiveInteger('completer.batchSize', completer.batchSize ?? 10),
+    maxAttempts: positiveInteger('completer.maxAttempts', completer.maxAttempts ?? 5),
+    backoffSeconds: positive('completer.backoffSeconds', completer.backoffSeconds ?? 10),
+    maxBackoffSeconds: positive('completer.maxBackoffSeconds', completer.maxBackoffSeconds ?? 3600),
   };
 }
 

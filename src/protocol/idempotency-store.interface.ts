@@ -68,6 +68,36 @@ export interface StoreTransaction {
   abandon(): void;
 }
 
+/**
+ * An operation in progress that no attempt holds any more (its lease lapsed, or its claim was released with steps),
+ * as the completer finds it (`IdempotencyStore.findAbandoned`).
+ */
+export interface AbandonedRecord {
+  scope: IdempotencyScope;
+  /** The fingerprint it was claimed with, which the completer claims it with again. */
+  fingerprint: string;
+  /** How many attempts have claimed it so far (a client's, a redelivery's, the completer's). */
+  attempts: number;
+  /** The names of the steps its attempts recorded, in order. */
+  steps: string[];
+}
+
+/** Which abandoned records `findAbandoned` answers. */
+export interface AbandonedQuery {
+  /** Those of these endpoints only (not empty). */
+  endpoints: string[];
+  /** Those claimed fewer times than this (the completer gave up on the others). */
+  maxAttempts: number;
+  /**
+   * Those left alone since their lease ended at least `min(backoffSeconds * 2^(attempts - 1), maxBackoffSeconds)`:
+   * the longer an operation has failed, the longer it waits for its next attempt.
+   */
+  backoffSeconds: number;
+  maxBackoffSeconds: number;
+  /** At most this many, those idle longest first. */
+  limit: number;
+}
+
 /** What a store's health check found (`IdempotencyStore.checkHealth`). */
 export interface StoreHealth {
   /**
@@ -128,6 +158,11 @@ export interface IdempotencyStore {
    * without it runs no stepped operation.
    */
   recordStep?(claim: IdempotencyClaim, step: StoredStep, transaction?: StoreTransaction): Promise<boolean>;
+  /**
+   * The records in progress, not expired, that no attempt holds and that the query selects (see `AbandonedQuery`), for
+   * the completer (`IdempotencyCompleter`) to claim again. A store without it runs no completer.
+   */
+  findAbandoned?(query: AbandonedQuery): Promise<AbandonedRecord[]>;
   /**
    * Asks for the waiters of `scope` (`waitForChange`) to be woken when its in-progress record is completed or
    * released; false when it no longer is in progress with a live lease (claim again).

@@ -186,20 +186,44 @@ export class IdempotencyService {
     // Within an attempt of work in hand (a consumer's message), the operation is in hand too: run during the drain.
     const within = currentRun();
     const inHand = (within && this.running.get(within)?.inHand) ?? false;
-    const decision = await this.begin(scope, fingerprint, policy, operationTerms(operation.name), { inHand });
-    if (decision.action === 'replay') return { result: resultOf<T>(decision.response), replayed: true };
+    const { response, replayed } = await this.runOnce(
+      scope,
+      fingerprint,
+      policy,
+      { terms: operationTerms(operation.name), inHand },
+      async (run) => storedResult(await work(run)),
+    );
+    return { result: resultOf<T>(response), replayed };
+  }
+
+  /**
+   * Claims `scope` and runs `work` within the attempt, unless the scope is completed already (its stored outcome is
+   * returned, `replayed`): what `work` answers is stored as the outcome; a failing `work` releases the claim (a record
+   * with steps is kept for the next attempt) and its error is rethrown. A claim refused (in progress, another input,
+   * shutting down, the store unavailable) throws its refusal. What `execute()` and the completer share.
+   */
+  async runOnce(
+    scope: IdempotencyScope,
+    fingerprint: string,
+    policy: IdempotencyPolicy,
+    call: { terms: KeyTerms; inHand?: boolean; transport?: string },
+    work: (run: IdempotencyRun) => Promise<StoredResponse>,
+  ): Promise<{ response: StoredResponse; replayed: boolean }> {
+    const { terms, ...described } = call;
+    const decision = await this.begin(scope, fingerprint, policy, terms, described);
+    if (decision.action === 'replay') return { response: decision.response, replayed: true };
 
     const { attempt } = decision;
     let response: StoredResponse;
     try {
-      response = storedResult(await attempt.within(() => work(attempt.run)));
+      response = await attempt.within(() => work(attempt.run));
     } catch (error) {
       await attempt.end({ response: undefined, failed: true, final: false });
       throw error;
     }
     const refusal = await attempt.end({ response, failed: false, final: true });
     if (refusal) throw refusal;
-    return { result: resultOf<T>(response), replayed: false };
+    return { response, replayed: false };
   }
 
   /**

@@ -47,7 +47,12 @@ export function scopeOfOperation({ name, key, account }: IdempotentOperation): I
   checkOperationPart('name', name, scopeTextFault);
   checkOperationPart('key', key, keyFault);
   if (account !== undefined) checkOperationPart('account', account, scopeTextFault);
-  return { account: account ?? '', endpoint: `operation ${name}`, key };
+  return { account: account ?? '', endpoint: operationEndpoint(name), key };
+}
+
+/** The endpoint an operation's records are scoped by: `operation <name>`. */
+export function operationEndpoint(name: string): string {
+  return `operation ${name}`;
 }
 
 function checkOperationPart(

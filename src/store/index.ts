@@ -2,6 +2,8 @@
 // under which the module finds the store. `nest-idempotency/testing` holds the contract kit that checks one.
 export { IDEMPOTENCY_STORE } from '../protocol/idempotency.tokens.js';
 export type {
+  AbandonedQuery,
+  AbandonedRecord,
   ClaimResult,
   ClaimTiming,
   ExistingRecord,

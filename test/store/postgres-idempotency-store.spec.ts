@@ -223,6 +223,7 @@ describe('schema', () => {
         'IdempotencyRecordsV0_2_0BillingIdemKeys_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeldBillingIdemKeys_1796342400000',
         'IdempotencyRecordsV0_4_0StepsBillingIdemKeys_1796774400000',
+        'IdempotencyRecordsV0_4_0InProgressIndexBillingIdemKeys_1796860800000',
       ]);
       const custom = new PostgresIdempotencyStore(withCustomTable, 'billing.idem_keys');
       const scope = newScope();
@@ -252,7 +253,11 @@ describe('schema', () => {
         db.query(
           `SELECT indexname FROM pg_indexes WHERE schemaname = 'odd "schema' AND tablename = 'idem"keys' ORDER BY indexname`,
         ),
-      ).resolves.toEqual([{ indexname: 'idem"keys_expires_at_idx' }, { indexname: 'idem"keys_pkey' }]);
+      ).resolves.toEqual([
+        { indexname: 'idem"keys_expires_at_idx' },
+        { indexname: 'idem"keys_in_progress_idx' },
+        { indexname: 'idem"keys_pkey' },
+      ]);
       const scope = newScope();
       const attempt = randomUUID();
       await expect(odd.claim(scope, 'fp', attempt, timing)).resolves.toEqual({ claimed: true, takeover: false });

@@ -59,6 +59,7 @@ describe('the migration history', () => {
         'IdempotencyRecordsV0_2_0_1796256000000',
         'IdempotencyRecordsV0_2_0LockHeld_1796342400000',
         'IdempotencyRecordsV0_4_0Steps_1796774400000',
+        'IdempotencyRecordsV0_4_0InProgressIndex_1796860800000',
       ]);
       await expect(differencesFromEntity(dataSource)).resolves.toEqual([]);
     });

@@ -40,6 +40,8 @@ export async function startSampleApp(
       inFlight: 'conflict',
       profile: 'default',
       shutdownTimeoutSeconds: 10,
+      completerIntervalSeconds: false,
+      completerBackoffSeconds: 10,
       payoutWorker: false,
       payoutPollMs: 500,
       platform: 'express',
@@ -53,9 +55,12 @@ export async function startSampleApp(
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 
-/** The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL); `SAMPLE_PLATFORM` in `env` picks its platform. */
+/**
+ * The sample app as `npm start` runs it, in a child process of its own (which a test may SIGKILL); `SAMPLE_PLATFORM` in
+ * `env` picks its platform. Its completer is off unless `env` turns it on: a test's abandoned charges stay as it left them.
+ */
 export function spawnSampleApp(env: Record<string, string>): Promise<SpawnedApp> {
-  return spawnTypeScriptServer('sample-app/main.ts', env);
+  return spawnTypeScriptServer('sample-app/main.ts', { IDEMPOTENCY_COMPLETER_INTERVAL_SECONDS: 'off', ...env });
 }
 
 /** A child process of the app's: `output()` is all it printed so far, from its start, stdout and stderr. */

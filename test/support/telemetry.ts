@@ -78,6 +78,7 @@ export class RecordedEvents {
     finalizeGaveUp: [],
     recordUnreadable: [],
     storeUnavailable: [],
+    completion: [],
   };
   private readonly listeners = Object.keys(this.events).map((event) => {
     const name = IDEMPOTENCY_CHANNELS[event as keyof IdempotencyEventPayloads];

@@ -5,6 +5,7 @@ import { createRecordsMigration } from './v0.1.0-create-records.js';
 import { addAttemptsAndAwaitedMigration } from './v0.2.0-attempts-and-awaited.js';
 import { addLockHeldMigration } from './v0.2.0-lock-held.js';
 import { addStepsMigration } from './v0.4.0-steps.js';
+import { addInProgressIndexMigration } from './v0.4.0-in-progress-index.js';
 
 /**
  * The records table's migrations, in the order they apply, for applications that run TypeORM with
@@ -18,5 +19,6 @@ export function idempotencyMigrations(tableName: string = DEFAULT_TABLE_NAME): (
     addAttemptsAndAwaitedMigration(table),
     addLockHeldMigration(table),
     addStepsMigration(table),
+    addInProgressIndexMigration(table),
   ];
 }

@@ -1,0 +1,230 @@
+import {
+  type BeforeApplicationShutdown,
+  Inject,
+  Injectable,
+  Logger,
+  type OnApplicationBootstrap,
+} from '@nestjs/common';
+import { IdempotencyKeyReuseError, IdempotencyRequestInProgressError } from './idempotency.errors.js';
+import type {
+  CompleterOptions,
+  ProtocolIdempotentOptions,
+  ProtocolModuleOptions,
+} from './idempotency-options.interface.js';
+import { type IdempotencyPolicy, resolveCompleterSettings, resolvePolicy } from './idempotency-policy.js';
+import type { IdempotencyRun } from './idempotency-run.js';
+import { IdempotencySetupError } from './idempotency-setup.error.js';
+import type {
+  AbandonedRecord,
+  IdempotencyScope,
+  IdempotencyStore,
+  StoredResponse,
+} from './idempotency-store.interface.js';
+import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './idempotency.tokens.js';
+import { IdempotencyService } from './idempotency.service.js';
+import { operationEndpoint, storedResult } from './idempotent-operations.js';
+import { publishIdempotencyEvent } from './idempotency-events.js';
+import { describeScope, withTimeout } from './store-bounds.js';
+
+/** An operation the completer claimed again, as its completion gets it. */
+export interface AbandonedOperation {
+  /** Whose and which: the account, the endpoint (`operation <name>` for `execute()`'s) and the key. */
+  scope: IdempotencyScope;
+  /** The names of the steps earlier attempts recorded, in order: `run.step()` returns their results without running them. */
+  steps: string[];
+  /** This attempt's number among those that claimed the operation (the first client's was 1). */
+  attempt: number;
+  /** The completer's attempt: its steps resume the operation, as a retry's would. */
+  run: IdempotencyRun;
+}
+
+/** What a completion stores, as the operation's outcome: replayed to every later call of its key. */
+export interface CompletedOutcome {
+  /** The status a replay answers, as a transport's would (an HTTP route's `201`, say). Default: 200. */
+  status?: number;
+  /** The body, stored as JSON. Default: `null`. */
+  body?: unknown;
+  /** Headers a replay sends, over `content-type: application/json`. Default: none. */
+  headers?: Record<string, string>;
+}
+
+/**
+ * Finishes an abandoned operation, with the work its handler would have done from where its steps stand, and answers
+ * its outcome; throwing leaves the operation for a later attempt (its recovery point where it was).
+ */
+export type OperationCompletion = (operation: AbandonedOperation) => Promise<CompletedOutcome>;
+
+/** What one look for abandoned operations did (`completeAbandoned()`). */
+export interface CompletionPass {
+  /** Claimed and completed: their outcome is stored. */
+  completed: number;
+  /** Claimed, and their completion failed: left for a later attempt. */
+  failed: number;
+  /** Failed on their last attempt (`maxAttempts`): left in progress for an operator. */
+  gaveUp: number;
+  /** Found, and claimed meanwhile by another attempt (a client's retry, another instance's completer), or completed. */
+  skipped: number;
+}
+
+interface Registration {
+  completion: OperationCompletion;
+  policy: IdempotencyPolicy;
+}
+
+/**
+ * The completer: operations registered with it (an `execute()` job's, a consumer's, an HTTP route's) whose attempt was
+ * abandoned (its process died, or it failed after recording a step, and no retry came) are claimed again after a
+ * backoff, like any attempt (the same fingerprint, a lease, fencing), and finished by their completion, so that the
+ * work completes even when the client never retries. Bounded: one operation at a time, `batchSize` per look, and
+ * `maxAttempts` per operation, after which it is left for an operator.
+ */
+@Injectable()
+export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeApplicationShutdown {
+  private readonly logger = new Logger('IdempotencyCompleter');
+  private readonly settings: Required<CompleterOptions>;
+  private readonly completions = new Map<string, Registration>();
+  private timer?: NodeJS.Timeout;
+  /** The look under way, which the next tick does not overlap. */
+  private looking?: Promise<CompletionPass>;
+
+  constructor(
+    @Inject(IDEMPOTENCY_STORE) private readonly store: IdempotencyStore,
+    @Inject(IDEMPOTENCY_MODULE_OPTIONS) private readonly options: ProtocolModuleOptions,
+    private readonly idempotency: IdempotencyService,
+  ) {
+    this.settings = resolveCompleterSettings(options);
+  }
+
+  /**
+   * Registers how the abandoned operations of `endpoint` (an HTTP route's `POST /v1/charges`, a consumer's
+   * `rabbitmq payouts.requested payouts`) are finished. `options` are the route's or handler's own, where they differ
+   * from the module's (its lease, its TTL, `transactional`). Call it at start-up (`onModuleInit`); a store that cannot
+   * find abandoned records refuses it.
+   */
+  register(endpoint: string, completion: OperationCompletion, options: ProtocolIdempotentOptions = {}): void {
+    if (!this.store.findAbandoned) {
+      throw new IdempotencySetupError(
+        `IdempotencyCompleter cannot complete ${endpoint}: the idempotency store cannot find abandoned records. Use ` +
+          "the PostgreSQL store (IdempotencyPostgresModule from 'nest-idempotency/postgres') or the in-memory one; " +
+          'on another store, drive the intents your application keeps to completion with execute() yourself.',
+      );
+    }
+    if (this.completions.has(endpoint)) {
+      throw new IdempotencySetupError(`IdempotencyCompleter has a completion for ${endpoint} already.`);
+    }
+    this.completions.set(endpoint, { completion, policy: resolvePolicy(this.options, options) });
+  }
+
+  /**
+   * Registers how abandoned `execute()` operations named `name` are finished: `completion` does what the operation's
+   * work does (it finds the operation's input by its key, as the application persisted it with its intent), and its
+   * result is stored as `execute()` stores one.
+   */
+  registerOperation(
+    name: string,
+    completion: (operation: AbandonedOperation) => Promise<unknown>,
+    options: ProtocolIdempotentOptions = {},
+  ): void {
+    this.register(operationEndpoint(name), async (operation) => ({ body: await completion(operation) }), options);
+  }
+
+  /**
+   * Looks once for abandoned operations of the registered endpoints (at most `batchSize`) and claims and completes
+   * them one after another; a look already under way is awaited instead. The schedule calls it every
+   * `intervalSeconds`; call it yourself with `intervalSeconds: false`.
+   */
+  completeAbandoned(): Promise<CompletionPass> {
+    this.looking ??= this.look().finally(() => (this.looking = undefined));
+    return this.looking;
+  }
+
+  onApplicationBootstrap(): void {
+    const { intervalSeconds } = this.settings;
+    if (intervalSeconds === false) return;
+    this.timer = setInterval(() => {
+      if (this.completions.size === 0 || this.idempotency.shuttingDown) return;
+      this.completeAbandoned().catch((error: unknown) =>
+        this.logger.error(`Looking for abandoned operations failed: ${error}`),
+      );
+    }, intervalSeconds * 1000);
+    this.timer.unref();
+  }
+
+  /** Stops looking; a completion running now is an attempt, which shutdown's drain waits for or ends. */
+  beforeApplicationShutdown(): void {
+    clearInterval(this.timer);
+  }
+
+  private async look(): Promise<CompletionPass> {
+    const pass: CompletionPass = { completed: 0, failed: 0, gaveUp: 0, skipped: 0 };
+    if (this.completions.size === 0) return pass;
+    const { batchSize, maxAttempts, backoffSeconds, maxBackoffSeconds } = this.settings;
+    const query = { endpoints: [...this.completions.keys()], maxAttempts, backoffSeconds, maxBackoffSeconds };
+    const found = await withTimeout(
+      this.store.findAbandoned!({ ...query, limit: batchSize }),
+      resolvePolicy(this.options),
+      'finding abandoned operations',
+    );
+    for (const record of found) {
+      if (this.idempotency.shuttingDown) break;
+      pass[await this.complete(record)] += 1;
+    }
+    return pass;
+  }
+
+  /**
+   * Claims one abandoned operation again and runs its completion within the claim. A claim refused because another
+   * attempt holds the operation now (a client's retry, another instance's completer), or because a new request took
+   * its key after it expired, is theirs; one refused by the store (unavailable, shutting down) ends the look.
+   */
+  private async complete(record: AbandonedRecord): Promise<keyof CompletionPass> {
+    const { scope, fingerprint, steps } = record;
+    const { completion, policy } = this.completions.get(scope.endpoint) as Registration;
+    const attempt = record.attempts + 1;
+    let ran = false;
+    try {
+      const { replayed } = await this.idempotency.runOnce(
+        scope,
+        fingerprint,
+        policy,
+        { terms: { key: `key of ${scope.endpoint}`, usedWith: 'request' }, transport: 'completer' },
+        async (run) => {
+          ran = true;
+          return storedOutcome(await completion({ scope, steps, attempt, run }));
+        },
+      );
+      if (replayed) return 'skipped';
+      this.logger.log(`Completed the abandoned ${describeScope(scope)} (attempt ${attempt}).`);
+      publishIdempotencyEvent('completion', () => ({ scope, attempt, outcome: 'completed' }));
+      return 'completed';
+    } catch (error) {
+      if (!ran) {
+        if (error instanceof IdempotencyRequestInProgressError || error instanceof IdempotencyKeyReuseError) {
+          return 'skipped';
+        }
+        throw error;
+      }
+      return this.failed(scope, attempt, steps, error);
+    }
+  }
+
+  /** A completion that failed: left for a later attempt, or, on its last, to an operator. */
+  private failed(scope: IdempotencyScope, attempt: number, steps: string[], error: unknown): keyof CompletionPass {
+    const gaveUp = attempt >= this.settings.maxAttempts && steps.length > 0;
+    const left = gaveUp
+      ? `the completer gives up on it after ${attempt} attempts: it stays in progress until it expires, for an ` +
+        'operator to see and release (nest-idempotency stuck, release)'
+      : steps.length > 0
+        ? 'it is left for a later attempt, from its last step'
+        : 'it had recorded no step, so its record is released: a retry runs it anew';
+    this.logger.warn(`Completing the abandoned ${describeScope(scope)} failed (${error}); ${left}.`);
+    publishIdempotencyEvent('completion', () => ({ scope, attempt, outcome: gaveUp ? 'gave-up' : 'failed', error }));
+    return gaveUp ? 'gaveUp' : 'failed';
+  }
+}
+
+/** A completion's outcome as the store keeps it: its body as JSON, with its status. */
+function storedOutcome({ status = 200, body, headers = {} }: CompletedOutcome): StoredResponse {
+  const stored = storedResult(body);
+  return { ...stored, status, headers: { ...stored.headers, ...headers } };
+}
