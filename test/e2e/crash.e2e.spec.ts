@@ -20,7 +20,8 @@ import { waitFor } from '../support/wait-for.js';
  * lock; its session ended with it). Whatever the point: one charge row, one provider charge, one receipt, and the
  * retry's answer is the final one, replayed after. In standard mode this is the steps' doing (without them, a crash
  * after the charge row committed wrote a second row); in transactional mode the whole charge rolls back and runs
- * again, the external services deduplicating by the steps' keys.
+ * again, the external services deduplicating by the steps' keys. Then the same points in standard mode with no retry:
+ * the completer of another instance finishes the charge on its own, from its last step.
  */
 type Mode = 'standard' | 'transactional';
 type Point = `${'in' | 'after'}-step:${ChargeStep}` | 'after the outcome';
@@ -113,57 +114,122 @@ describe('a charge in steps, its process SIGKILLed inside and after each step, t
   ];
 
   it.each(cases)('%s mode on %s, killed %s', async (mode, platform, point, held) => {
-    const account = `sk_test_crash_${mode}_${platform}_${point.replace(/\W+/g, '_')}`;
-    const key = randomUUID();
-    const charge = { amount: 900, currency: 'eur' };
-    const doomed = await spawnSampleApp({
-      DATABASE_URL: db.url,
-      IDEMPOTENCY_LEASE_SECONDS: String(LEASE_SECONDS[mode]),
-      IDEMPOTENCY_TRANSACTIONAL: String(mode === 'transactional'),
-      SAMPLE_PLATFORM: platform,
-      ...(point === 'after the outcome' ? {} : { SAMPLE_PAUSE_AT: point }),
-      PAYOUT_WORKER: 'false',
-    });
-    try {
-      const answered = postCharge(doomed.url, charge, key, account).then(
-        (response) => response,
-        () => 'connection lost' as const,
-      );
-      if (point === 'after the outcome') {
-        // The answer went out: the outcome was stored before it.
-        await expect(answered).resolves.toMatchObject({ status: 201 });
-      } else {
-        await waitFor(async () => (doomed.output().includes(`paused at ${point}`) ? true : undefined), point);
-      }
-      const exited = once(doomed.child, 'exit');
-      const killedAt = Date.now();
-      doomed.child.kill('SIGKILL');
-      await exited;
-      if (point !== 'after the outcome') await expect(answered).resolves.toBe('connection lost');
-      await expect(heldFor(account)).resolves.toEqual(held);
-
-      const survivor = survivors.get(`${mode} ${platform}`) as RunningApp;
-      const retry = await waitFor(
-        async () => {
-          const response = await postCharge(survivor.url, charge, key, account);
-          return response.status === 409 ? undefined : response;
-        },
-        mode === 'transactional' ? 'the dead holder to be seen' : 'the lease to lapse',
-        mode === 'transactional' ? 2 * TRANSACTIONAL_RETRY_BOUND_MS : undefined,
-      );
-      const killToRetry = Date.now() - killedAt;
-      expect(retry.status).toBe(201);
-      if (mode === 'transactional') expect(killToRetry).toBeLessThan(TRANSACTIONAL_RETRY_BOUND_MS);
-      expect(retry.headers['idempotent-replay']).toBe(point === 'after the outcome' ? 'true' : undefined);
-      await expect(heldFor(account)).resolves.toEqual({ charges: 1, succeeded: 1, providerCharges: 1, receipts: 1 });
-      const [row] = await db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
-      expect(retry.body).toMatchObject({ id: row.id, status: 'succeeded' });
-
-      const replay = await postCharge(survivor.url, charge, key, account).expect(201);
-      expect(replay.headers['idempotent-replay']).toBe('true');
-      expect(replay.body).toEqual(retry.body);
-    } finally {
-      await doomed.close();
-    }
+    const { account, key, killedAt } = await killedAtPoint(mode, platform, point, held);
+    const survivor = survivors.get(`${mode} ${platform}`) as RunningApp;
+    const retry = await waitFor(
+      async () => {
+        const response = await postCharge(survivor.url, CHARGE, key, account);
+        return response.status === 409 ? undefined : response;
+      },
+      mode === 'transactional' ? 'the dead holder to be seen' : 'the lease to lapse',
+      mode === 'transactional' ? 2 * TRANSACTIONAL_RETRY_BOUND_MS : undefined,
+    );
+    const killToRetry = Date.now() - killedAt;
+    if (mode === 'transactional') expect(killToRetry).toBeLessThan(TRANSACTIONAL_RETRY_BOUND_MS);
+    await expectFinalAnswer(survivor, account, key, retry, point === 'after the outcome');
   });
 });
+
+describe('a charge in steps, its process SIGKILLed inside and after each step, then finished by the completer alone', () => {
+  let completing: RunningApp;
+
+  // Another instance, whose completer looks every second for charges whose lease ended at least a second ago.
+  beforeAll(async () => {
+    completing = await startSampleApp({
+      databaseUrl: db.url,
+      leaseSeconds: 1,
+      transactional: false,
+      completerIntervalSeconds: 1,
+      completerBackoffSeconds: 1,
+    });
+  });
+  afterAll(() => completing?.close());
+
+  const cases: Array<[Point, Held]> = [...POINTS, 'after the outcome' as const].map((point) => [
+    point,
+    heldInStandardMode(point),
+  ]);
+
+  it.each(cases)('killed %s', async (point, held) => {
+    const { account, key } = await killedAtPoint('standard', 'express', point, held);
+    // Completed by the completer from its last step; or, killed before its first step was recorded, released (nothing
+    // of it was left: its charge row rolled back with the step), for the client's retry to charge anew.
+    const nothingRecorded = point === 'in-step:create-charge';
+    await waitFor(async () => {
+      const [record] = await db.query<{ status: string }>(
+        'SELECT status FROM idempotency_records WHERE account = $1 AND idempotency_key = $2',
+        [account, key],
+      );
+      return (nothingRecorded ? record === undefined : record?.status === 'completed') || undefined;
+    }, 'the completer');
+    await expect(heldFor(account)).resolves.toEqual(nothingRecorded ? held : COMPLETED);
+
+    // The client's retry, whenever it comes, gets the final answer: the completer's, replayed.
+    const retry = await postCharge(completing.url, CHARGE, key, account);
+    await expectFinalAnswer(completing, account, key, retry, !nothingRecorded);
+  });
+});
+
+const CHARGE = { amount: 900, currency: 'eur' };
+
+/**
+ * Spawns the sample app in `mode` on `platform`, posts a charge that stops at `point` (or completes, for the point
+ * after the outcome), SIGKILLs the process there, and checks what the database holds then.
+ */
+async function killedAtPoint(
+  mode: Mode,
+  platform: Platform,
+  point: Point,
+  held: Held,
+): Promise<{ account: string; key: string; killedAt: number }> {
+  const account = `sk_test_crash_${randomUUID().slice(0, 8)}_${mode}_${platform}_${point.replace(/\W+/g, '_')}`;
+  const key = randomUUID();
+  const doomed = await spawnSampleApp({
+    DATABASE_URL: db.url,
+    IDEMPOTENCY_LEASE_SECONDS: String(LEASE_SECONDS[mode]),
+    IDEMPOTENCY_TRANSACTIONAL: String(mode === 'transactional'),
+    SAMPLE_PLATFORM: platform,
+    ...(point === 'after the outcome' ? {} : { SAMPLE_PAUSE_AT: point }),
+    PAYOUT_WORKER: 'false',
+  });
+  try {
+    const answered = postCharge(doomed.url, CHARGE, key, account).then(
+      (response) => response,
+      () => 'connection lost' as const,
+    );
+    if (point === 'after the outcome') {
+      // The answer went out: the outcome was stored before it.
+      await expect(answered).resolves.toMatchObject({ status: 201 });
+    } else {
+      await waitFor(async () => (doomed.output().includes(`paused at ${point}`) ? true : undefined), point);
+    }
+    const exited = once(doomed.child, 'exit');
+    const killedAt = Date.now();
+    doomed.child.kill('SIGKILL');
+    await exited;
+    if (point !== 'after the outcome') await expect(answered).resolves.toBe('connection lost');
+    await expect(heldFor(account)).resolves.toEqual(held);
+    return { account, key, killedAt };
+  } finally {
+    await doomed.close();
+  }
+}
+
+/** The retry got the charge, complete (replayed when `replayed`), one of each row; and its replay is the same. */
+async function expectFinalAnswer(
+  app: RunningApp,
+  account: string,
+  key: string,
+  retry: Awaited<ReturnType<typeof postCharge>>,
+  replayed: boolean,
+): Promise<void> {
+  expect(retry.status).toBe(201);
+  expect(retry.headers['idempotent-replay']).toBe(replayed ? 'true' : undefined);
+  await expect(heldFor(account)).resolves.toEqual(COMPLETED);
+  const [row] = await db.query<{ id: string }>('SELECT id FROM charges WHERE account = $1', [account]);
+  expect(retry.body).toMatchObject({ id: row.id, status: 'succeeded' });
+
+  const replay = await postCharge(app.url, CHARGE, key, account).expect(201);
+  expect(replay.headers['idempotent-replay']).toBe('true');
+  expect(replay.body).toEqual(retry.body);
+}

@@ -128,6 +128,12 @@ describe('the migration history', () => {
           `SELECT count(*)::int AS n FROM pg_attribute WHERE attrelid = 'idempotency_records'::regclass AND attname = ANY ($1)`,
           [names],
         );
+      const inProgressIndex = () =>
+        db.query(`SELECT count(*)::int AS n FROM pg_indexes WHERE indexname = 'idempotency_records_in_progress_idx'`);
+      await expect(inProgressIndex()).resolves.toEqual([{ n: 1 }]);
+      await dataSource.undoLastMigration();
+      await expect(inProgressIndex()).resolves.toEqual([{ n: 0 }]);
+      await expect(columnsNamed(['steps'])).resolves.toEqual([{ n: 1 }]);
       await dataSource.undoLastMigration();
       await expect(columnsNamed(['steps'])).resolves.toEqual([{ n: 0 }]);
       await expect(columnsNamed(['lock_held'])).resolves.toEqual([{ n: 1 }]);
