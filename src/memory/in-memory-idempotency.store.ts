@@ -272,7 +272,8 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     const found: Array<{ record: MemoryRecord; abandoned: AbandonedRecord }> = [];
     for (const [key, record] of this.records) {
       const [account, endpoint, scopeKey] = JSON.parse(key) as [string, string, string];
-      if (record.status !== 'in_progress' || !endpoints.has(endpoint) || record.attempts >= query.maxAttempts) continue;
+      if (record.status !== 'in_progress' || !endpoints.has(endpoint)) continue;
+      if (record.attempts >= (query.maxAttempts ?? Infinity) || record.attempts < (query.minAttempts ?? 0)) continue;
       if (record.expiresAt <= now || idleSince(record) > now) continue;
       const { fingerprint, attempts, steps } = record;
       const scope = { account, endpoint, key: scopeKey };

@@ -409,9 +409,9 @@ export class PostgresIdempotencyStore implements IdempotencyStore {
   }
 
   async findAbandoned(query: AbandonedQuery): Promise<AbandonedRecord[]> {
-    const { endpoints, maxAttempts, backoffSeconds, maxBackoffSeconds, limit } = query;
+    const { endpoints, maxAttempts, minAttempts = 0, backoffSeconds, maxBackoffSeconds, limit } = query;
     const rows = await this.statementsOf.query<AbandonedRow>(this.statements.abandoned, [
-      ...[endpoints, maxAttempts, backoffSeconds, maxBackoffSeconds, limit],
+      ...[endpoints, maxAttempts ?? null, backoffSeconds, maxBackoffSeconds, limit, minAttempts],
     ]);
     return rows.map(({ account, endpoint, key, fingerprint, attempts, steps }) => ({
       scope: { account, endpoint, key },

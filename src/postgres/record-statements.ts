@@ -205,7 +205,8 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     SELECT account, endpoint, idempotency_key AS key, fingerprint, attempts,
            COALESCE(jsonb_path_query_array(steps, '$[*].name'), '[]'::jsonb) AS steps
     FROM ${table}
-    WHERE status = 'in_progress' AND endpoint = ANY($1::text[]) AND attempts < $2 AND expires_at > now()
+    WHERE status = 'in_progress' AND endpoint = ANY($1::text[]) AND expires_at > now()
+      AND ($2::int IS NULL OR attempts < $2) AND attempts >= $6
       AND locked_until <= now() - make_interval(secs => least($4::float8, $3::float8 * power(2, attempts - 1)))
     ORDER BY locked_until LIMIT $5`);
   // SKIP LOCKED keeps the purge off rows a claim is taking over right now. The batch is chosen once (MATERIALIZED): as

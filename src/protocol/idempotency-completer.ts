@@ -15,6 +15,7 @@ import { type IdempotencyPolicy, resolveCompleterSettings, resolvePolicy } from 
 import type { IdempotencyRun } from './idempotency-run.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 import type {
+  AbandonedQuery,
   AbandonedRecord,
   IdempotencyScope,
   IdempotencyStore,
@@ -40,7 +41,7 @@ export interface AbandonedOperation {
 
 /** What a completion stores, as the operation's outcome: replayed to every later call of its key. */
 export interface CompletedOutcome {
-  /** The status a replay answers, as a transport's would (an HTTP route's `201`, say). Default: 200. */
+  /** The status a replay answers, as a transport's would (a route's `201`, say). Default: 200. */
   status?: number;
   /** The body, stored as JSON. Default: `null`. */
   body?: unknown;
@@ -72,7 +73,7 @@ interface Registration {
 }
 
 /**
- * The completer: operations registered with it (an `execute()` job's, a consumer's, an HTTP route's) whose attempt was
+ * The completer: operations registered with it (an `execute()` job's, a consumer's, a route's) whose attempt was
  * abandoned (its process died, or it failed after recording a step, and no retry came) are claimed again after a
  * backoff, like any attempt (the same fingerprint, a lease, fencing), and finished by their completion, so that the
  * work completes even when the client never retries. Bounded: one operation at a time, `batchSize` per look, and
@@ -96,17 +97,17 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
   }
 
   /**
-   * Registers how the abandoned operations of `endpoint` (an HTTP route's `POST /v1/charges`, a consumer's
-   * `rabbitmq payouts.requested payouts`) are finished. `options` are the route's or handler's own, where they differ
+   * Registers how the abandoned operations of `endpoint` (a route's method and path, `POST /v1/charges`; a consumer's
+   * transport, pattern and consumer) are finished. `options` are the route's or handler's own, where they differ
    * from the module's (its lease, its TTL, `transactional`). Call it at start-up (`onModuleInit`); a store that cannot
    * find abandoned records refuses it.
    */
   register(endpoint: string, completion: OperationCompletion, options: ProtocolIdempotentOptions = {}): void {
     if (!this.store.findAbandoned) {
       throw new IdempotencySetupError(
-        `IdempotencyCompleter cannot complete ${endpoint}: the idempotency store cannot find abandoned records. Use ` +
-          "the PostgreSQL store (IdempotencyPostgresModule from 'nest-idempotency/postgres') or the in-memory one; " +
-          'on another store, drive the intents your application keeps to completion with execute() yourself.',
+        `IdempotencyCompleter cannot complete ${endpoint}: the idempotency store cannot find abandoned records ` +
+          '(it has no findAbandoned). Use a store that can (docs/steps.md, "The completer", names them); on this ' +
+          'one, drive the intents your application keeps to completion with execute() yourself.',
       );
     }
     if (this.completions.has(endpoint)) {
@@ -138,6 +139,22 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     return this.looking;
   }
 
+  /**
+   * The operations of the registered endpoints that the completer gave up on (claimed `maxAttempts` times, their lease
+   * ended), idle longest first: for an operator's view, to see them and release them (or let them expire).
+   */
+  gaveUp(options: { limit?: number } = {}): Promise<AbandonedRecord[]> {
+    if (this.completions.size === 0) return Promise.resolve([]);
+    const { maxAttempts } = this.settings;
+    return this.findAbandoned({
+      endpoints: [...this.completions.keys()],
+      minAttempts: maxAttempts,
+      backoffSeconds: 0,
+      maxBackoffSeconds: 0,
+      limit: options.limit ?? 100,
+    });
+  }
+
   onApplicationBootstrap(): void {
     const { intervalSeconds } = this.settings;
     if (intervalSeconds === false) return;
@@ -160,16 +177,17 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     if (this.completions.size === 0) return pass;
     const { batchSize, maxAttempts, backoffSeconds, maxBackoffSeconds } = this.settings;
     const query = { endpoints: [...this.completions.keys()], maxAttempts, backoffSeconds, maxBackoffSeconds };
-    const found = await withTimeout(
-      this.store.findAbandoned!({ ...query, limit: batchSize }),
-      resolvePolicy(this.options),
-      'finding abandoned operations',
-    );
+    const found = await this.findAbandoned({ ...query, limit: batchSize });
     for (const record of found) {
       if (this.idempotency.shuttingDown) break;
       pass[await this.complete(record)] += 1;
     }
     return pass;
+  }
+
+  /** The store's search, bounded by `storeTimeoutSeconds` as any store operation. */
+  private findAbandoned(query: AbandonedQuery): Promise<AbandonedRecord[]> {
+    return withTimeout(this.store.findAbandoned!(query), resolvePolicy(this.options), 'finding abandoned operations');
   }
 
   /**

@@ -86,10 +86,13 @@ export interface AbandonedRecord {
 export interface AbandonedQuery {
   /** Those of these endpoints only (not empty). */
   endpoints: string[];
-  /** Those claimed fewer times than this (the completer gave up on the others). */
-  maxAttempts: number;
+  /** Those claimed fewer times than this (the completer gave up on the others). Default: no bound. */
+  maxAttempts?: number;
+  /** Those claimed at least this many times (the completer's `gaveUp()` lists those past its own bound). Default: 0. */
+  minAttempts?: number;
   /**
-   * Those left alone since their lease ended at least `min(backoffSeconds * 2^(attempts - 1), maxBackoffSeconds)`:
+   * Those left alone since their lease ended at least `min(backoffSeconds * 2^(attempts - 1), maxBackoffSeconds)` (0:
+   * any whose lease has ended):
    * the longer an operation has failed, the longer it waits for its next attempt.
    */
   backoffSeconds: number;

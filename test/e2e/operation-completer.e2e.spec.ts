@@ -185,6 +185,7 @@ for (const storeName of ['postgres', 'memory'] as const) {
 
       await place.age(operation.key, BACKOFF_SECONDS);
       await expect(completer.completeAbandoned()).resolves.toEqual({ ...NOTHING, failed: 1 });
+      await expect(completer.gaveUp()).resolves.toEqual([]);
       // The backoff doubles: 120 s after the second attempt.
       await place.age(operation.key, 2 * BACKOFF_SECONDS - 10);
       await expect(completer.completeAbandoned()).resolves.toEqual(NOTHING);
@@ -198,6 +199,15 @@ for (const storeName of ['postgres', 'memory'] as const) {
         expect.stringContaining(`the completer gives up on it after ${MAX_ATTEMPTS} attempts`),
       ]);
 
+      // What an operator's view lists: the operations the completer gave up on.
+      await expect(completer.gaveUp()).resolves.toEqual([
+        {
+          scope: { account: '', endpoint: `operation ${operation.name}`, key: operation.key },
+          fingerprint: expect.any(String),
+          attempts: MAX_ATTEMPTS,
+          steps: ['reserve'],
+        },
+      ]);
       if (storeName === 'postgres') {
         const operator = new IdempotencyOperator(async (text, values) => db.query(text, values));
         const [stuck] = (await operator.stuck({ limit: 1000 })).filter((record) => record.key === operation.key);
@@ -209,6 +219,7 @@ for (const storeName of ['postgres', 'memory'] as const) {
         result: { reserved: { reservation: 1 }, paid: 'paid 1' },
         replayed: false,
       });
+      await expect(completer.gaveUp()).resolves.toEqual([]);
     });
 
     it('finishes a crashed operation that recorded no step from the intent its completion finds, or releases it when it finds none', async () => {
@@ -387,11 +398,11 @@ describe('The completer of an HTTP route', () => {
 describeOnStores(
   'The completer on %s',
   () => {
-    it('is refused at start-up, naming the stores that run it', async () => {
+    it('is refused at start-up, saying where the stores that run it are named', async () => {
       const app = await startTestContext({ redis: {}, idempotency: { singleTenant: true } });
       try {
         expect(() => app.context.get(IdempotencyCompleter).registerOperation('payout', async () => 1)).toThrow(
-          /cannot find abandoned records\. Use the PostgreSQL store/,
+          /cannot find abandoned records \(it has no findAbandoned\)\. Use a store that can/,
         );
       } finally {
         await app.close();
