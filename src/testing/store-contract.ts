@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { randomUUID } from 'node:crypto';
 import { setTimeout as delay } from 'node:timers/promises';
 import type {
+  AbandonedQuery,
   ClaimResult,
   ClaimTiming,
   IdempotencyClaim,
@@ -56,6 +57,11 @@ export interface StoreContractOptions {
    * Default: `false` (records past their expiry stay until the purge deletes them).
    */
   expiresOnItsOwn?: boolean;
+  /**
+   * Whether the store finds abandoned records for the completer (`findAbandoned`). `false` for a store that cannot (the
+   * Redis store): the kit checks that it has no `findAbandoned`, in place of those cases. Default: `true`.
+   */
+  findsAbandoned?: boolean;
 }
 
 const LONG: ClaimTiming = { leaseSeconds: 60, ttlSeconds: 3600 };
@@ -429,6 +435,83 @@ export function describeIdempotencyStoreContract(
         assert.deepEqual(again, { claimed: true, takeover: true, steps: [odd] });
       });
     });
+
+    if (options.findsAbandoned === false) {
+      it('has no findAbandoned (the completer refuses it)', async ({ store }) => {
+        assert.equal(store.findAbandoned, undefined);
+      });
+    } else {
+      describe('abandoned records (the completer)', () => {
+        const charge: StoredStep = { name: 'charge-card', result: '{"charge":"ch_1"}' };
+        /** Every record of one case under an endpoint of its own, so that nothing else is found. */
+        const endpointScope = (endpoint: string, key: string): IdempotencyScope => ({ account: 'acct', endpoint, key });
+        const look = (store: IdempotencyStore, query: Partial<AbandonedQuery> & Pick<AbandonedQuery, 'endpoints'>) => {
+          assert.ok(typeof store.findAbandoned === 'function', 'the store finds no abandoned records (findAbandoned)');
+          return store.findAbandoned({ backoffSeconds: 0.001, maxBackoffSeconds: 0.001, limit: 10, ...query });
+        };
+
+        it('finds those in progress whose lease ended, idle longest first, with their fingerprint, attempts and steps', async (subject) => {
+          const { store } = subject;
+          const endpoint = `POST /v1/abandoned/${randomUUID()}`;
+          const stepped = await claimed(store, endpointScope(endpoint, 'stepped'), 'fp-1', SHORT_LEASE);
+          await recordStep(store, stepped, charge);
+          await claimed(store, endpointScope(endpoint, 'crashed'), 'fp-2', SHORT_LEASE);
+          await claimed(store, endpointScope(endpoint, 'running'), 'fp-3', LONG);
+          const done = await claimed(store, endpointScope(endpoint, 'done'), 'fp-4', SHORT_LEASE);
+          await store.complete(done, response, 3600);
+          await claimed(store, endpointScope(`${endpoint}/other`, 'elsewhere'), 'fp-5', SHORT_LEASE);
+          await elapse(subject, SHORT_LEASE.leaseSeconds);
+
+          assert.deepEqual(await look(store, { endpoints: [endpoint] }), [
+            { scope: endpointScope(endpoint, 'stepped'), fingerprint: 'fp-1', attempts: 1, steps: ['charge-card'] },
+            { scope: endpointScope(endpoint, 'crashed'), fingerprint: 'fp-2', attempts: 1, steps: [] },
+          ]);
+          assert.deepEqual(
+            (await look(store, { endpoints: [endpoint], limit: 1 })).map(({ scope }) => scope.key),
+            ['stepped'],
+          );
+          // Not yet idle for the backoff (an hour for a first attempt).
+          assert.deepEqual(
+            await look(store, { endpoints: [endpoint], backoffSeconds: 3600, maxBackoffSeconds: 3600 }),
+            [],
+          );
+        });
+
+        it('selects by attempts: fewer than maxAttempts, at least minAttempts', async (subject) => {
+          const { store } = subject;
+          const endpoint = `POST /v1/abandoned/${randomUUID()}`;
+          const scope = endpointScope(endpoint, 'retried');
+          await claimed(store, scope, 'fp', SHORT_LEASE);
+          await elapse(subject, SHORT_LEASE.leaseSeconds);
+          assert.deepEqual(await store.claim(scope, 'fp', randomUUID(), SHORT_LEASE), {
+            claimed: true,
+            takeover: true,
+          });
+          await elapse(subject, SHORT_LEASE.leaseSeconds);
+          const keys = async (query: Partial<AbandonedQuery>) =>
+            (await look(store, { endpoints: [endpoint], ...query })).map((found) => found.attempts);
+          assert.deepEqual(await keys({}), [2]);
+          assert.deepEqual(await keys({ maxAttempts: 2 }), []);
+          assert.deepEqual(await keys({ maxAttempts: 3, minAttempts: 2 }), [2]);
+          assert.deepEqual(await keys({ minAttempts: 3 }), []);
+        });
+
+        it('finds a record released with steps at once, and neither one released without steps nor an expired one', async (subject) => {
+          const { store } = subject;
+          const endpoint = `POST /v1/abandoned/${randomUUID()}`;
+          const kept = await claimed(store, endpointScope(endpoint, 'kept'), 'fp', LONG);
+          await recordStep(store, kept, charge);
+          await store.release(kept);
+          await store.release(await claimed(store, endpointScope(endpoint, 'released'), 'fp', LONG));
+          await claimed(store, endpointScope(endpoint, 'expired'), 'fp', { leaseSeconds: 0.1, ttlSeconds: 0.1 });
+          await elapse(subject, 0.2);
+          assert.deepEqual(
+            (await look(store, { endpoints: [endpoint] })).map(({ scope }) => scope.key),
+            ['kept'],
+          );
+        });
+      });
+    }
 
     const transactions = options.transactions !== false;
     const holderTransactions = transactions && options.holderTransactions !== false;

@@ -33,7 +33,7 @@ for (const { outcomeWaits, enableAutoPipelining } of VARIANTS) {
         const store = new RedisIdempotencyStore(client, { keyPrefix: prefix, outcomeWaits });
         return { store, cleanup: () => store.close() };
       },
-      { transactions: false, expiresOnItsOwn: true },
+      { transactions: false, expiresOnItsOwn: true, findsAbandoned: false },
     );
   });
 }
