@@ -5,7 +5,11 @@ import {
   Logger,
   type OnApplicationBootstrap,
 } from '@nestjs/common';
-import { IdempotencyKeyReuseError, IdempotencyRequestInProgressError } from './idempotency.errors.js';
+import {
+  IdempotencyKeyReuseError,
+  IdempotencyRequestInProgressError,
+  IdempotencyShuttingDownError,
+} from './idempotency.errors.js';
 import type {
   CompleterOptions,
   ProtocolIdempotentOptions,
@@ -113,7 +117,9 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     if (this.completions.has(endpoint)) {
       throw new IdempotencySetupError(`IdempotencyCompleter has a completion for ${endpoint} already.`);
     }
-    this.completions.set(endpoint, { completion, policy: resolvePolicy(this.options, options) });
+    // Never waits on an attempt that holds the operation (`inFlight: 'wait'`): it is that attempt's to finish.
+    const policy = resolvePolicy(this.options, { ...options, inFlight: 'conflict' });
+    this.completions.set(endpoint, { completion, policy });
   }
 
   /**
@@ -193,7 +199,8 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
   /**
    * Claims one abandoned operation again and runs its completion within the claim. A claim refused because another
    * attempt holds the operation now (a client's retry, another instance's completer), or because a new request took
-   * its key after it expired, is theirs; one refused by the store (unavailable, shutting down) ends the look.
+   * its key after it expired, is theirs; one refused as the application shuts down is left; one the store could not
+   * answer ends the look.
    */
   private async complete(record: AbandonedRecord): Promise<keyof CompletionPass> {
     const { scope, fingerprint, steps } = record;
@@ -220,6 +227,7 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
         if (error instanceof IdempotencyRequestInProgressError || error instanceof IdempotencyKeyReuseError) {
           return 'skipped';
         }
+        if (error instanceof IdempotencyShuttingDownError) return 'skipped'; // the look stops at the next one
         throw error;
       }
       return this.failed(scope, attempt, steps, error);

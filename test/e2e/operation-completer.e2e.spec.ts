@@ -289,11 +289,57 @@ for (const storeName of ['postgres', 'memory'] as const) {
   });
 }
 
+describe('The completer and an attempt that holds the operation first', () => {
+  /** A store on which a client's retry claims each abandoned operation the moment the completer has found it. */
+  class RetriedFirst extends InMemoryIdempotencyStore {
+    awaited = 0;
+    override async findAbandoned(query: Parameters<InMemoryIdempotencyStore['findAbandoned']>[0]) {
+      const found = await super.findAbandoned(query);
+      for (const { scope, fingerprint } of found) {
+        await this.claim(scope, fingerprint, randomUUID(), { leaseSeconds: 60, ttlSeconds: 3600 });
+      }
+      return found;
+    }
+    override markAwaited(scope: Parameters<InMemoryIdempotencyStore['markAwaited']>[0]) {
+      this.awaited += 1;
+      return super.markAwaited(scope);
+    }
+  }
+
+  it("skips it at once, never waiting for its outcome, whatever the module's inFlight", async () => {
+    let offsetMs = 0;
+    const store = new RetriedFirst({ now: () => Date.now() + offsetMs });
+    const app = await startTestContext({
+      database: 'memory',
+      store,
+      idempotency: {
+        singleTenant: true,
+        inFlight: 'wait',
+        inFlightWaitSeconds: 600,
+        completer: { intervalSeconds: false, backoffSeconds: 1 },
+      },
+    });
+    try {
+      const operation = { name: newName(), key: randomUUID() };
+      await expect(app.context.get(IdempotencyService).execute(operation, twoSteps().work)).rejects.toBeInstanceOf(
+        Interrupted,
+      );
+      const completer = app.context.get(IdempotencyCompleter);
+      completer.registerOperation(operation.name, () => Promise.reject(new Error('the retry holds it')));
+      offsetMs += 2_000;
+      await expect(completer.completeAbandoned()).resolves.toEqual({ ...NOTHING, skipped: 1 });
+      expect(store.awaited).toBe(0);
+    } finally {
+      await app.close();
+    }
+  });
+});
+
 describe('The completer on its schedule', () => {
   let app: TestContext;
   afterEach(() => app?.close());
 
-  it('finishes an abandoned operation every intervalSeconds without being called, and stops at shutdown', async () => {
+  it('finishes an abandoned operation every intervalSeconds without being called', async () => {
     app = await startTestContext({
       database: db,
       idempotency: { singleTenant: true, completer: { intervalSeconds: 0.1, backoffSeconds: 0.1 } },
