@@ -268,7 +268,7 @@ export class InMemoryIdempotencyStore implements IdempotencyStore {
     const endpoints = new Set(query.endpoints);
     const idleSince = (record: MemoryRecord) =>
       (record.lockedUntil as number) +
-      Math.min(query.maxBackoffSeconds, query.backoffSeconds * 2 ** (record.attempts - 1)) * 1000;
+      Math.min(query.maxBackoffSeconds, query.backoffSeconds * 2 ** Math.min(record.attempts - 1, 60)) * 1000;
     const found: Array<{ record: MemoryRecord; abandoned: AbandonedRecord }> = [];
     for (const [key, record] of this.records) {
       const [account, endpoint, scopeKey] = JSON.parse(key) as [string, string, string];

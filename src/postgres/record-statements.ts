@@ -199,7 +199,8 @@ export function recordStatements(tableName: string, channel: string): RecordStat
       SELECT 1 FROM ${table} WHERE ${scope} AND status = 'in_progress' AND locked_until > now() AND awaited
     )
     SELECT ((SELECT count(*) FROM marked) + (SELECT count(*) FROM already))::int AS count`);
-  // In progress, not expired, its lease ended at least its backoff ago; the partial index on in-progress records
+  // In progress, not expired, its lease ended at least its backoff ago (its doubling stopped at 2^60, past any
+  // maxBackoffSeconds, where float8 would overflow after some 1025 attempts); the partial index on in-progress records
   // (`<table>_in_progress_idx`) keeps it off the completed ones, however many the table holds.
   const abandoned = prepared(`
     SELECT account, endpoint, idempotency_key AS key, fingerprint, attempts,
@@ -207,7 +208,7 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     FROM ${table}
     WHERE status = 'in_progress' AND endpoint = ANY($1::text[]) AND expires_at > now()
       AND ($2::int IS NULL OR attempts < $2) AND attempts >= $6
-      AND locked_until <= now() - make_interval(secs => least($4::float8, $3::float8 * power(2, attempts - 1)))
+      AND locked_until <= now() - make_interval(secs => least($4::float8, $3::float8 * power(2, least(attempts - 1, 60))))
     ORDER BY locked_until LIMIT $5`);
   // SKIP LOCKED keeps the purge off rows a claim is taking over right now. The batch is chosen once (MATERIALIZED): as
   // a subquery, a plan that scans it again for each row of the table deletes a new batch each time, past its LIMIT.

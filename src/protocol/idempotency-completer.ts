@@ -29,7 +29,8 @@ import { IDEMPOTENCY_MODULE_OPTIONS, IDEMPOTENCY_STORE } from './idempotency.tok
 import { IdempotencyService } from './idempotency.service.js';
 import { operationEndpoint, storedResult } from './idempotent-operations.js';
 import { publishIdempotencyEvent } from './idempotency-events.js';
-import { describeScope, withTimeout } from './store-bounds.js';
+import { describedValue } from './described-value.js';
+import { describeScope, within, withTimeout } from './store-bounds.js';
 
 /** An operation the completer claimed again, as its completion gets it. */
 export interface AbandonedOperation {
@@ -165,7 +166,9 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     const { intervalSeconds } = this.settings;
     if (intervalSeconds === false) return;
     this.timer = setInterval(() => {
-      if (this.completions.size === 0 || this.idempotency.shuttingDown) return;
+      // A look still under way (a slow completion) is left to end: a tick never joins it, so that its failure is
+      // logged once.
+      if (this.completions.size === 0 || this.idempotency.shuttingDown || this.looking) return;
       this.completeAbandoned().catch((error: unknown) =>
         this.logger.error(`Looking for abandoned operations failed: ${error}`),
       );
@@ -178,14 +181,19 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     clearInterval(this.timer);
   }
 
+  /**
+   * Finds and claims one operation at a time, up to `batchSize`: what was found is claimed a round trip later, not
+   * after the completions of a whole batch, by which time an operator may have released it, another instance failed
+   * it (its backoff begun again), or it expired.
+   */
   private async look(): Promise<CompletionPass> {
     const pass: CompletionPass = { completed: 0, failed: 0, gaveUp: 0, skipped: 0 };
     if (this.completions.size === 0) return pass;
     const { batchSize, maxAttempts, backoffSeconds, maxBackoffSeconds } = this.settings;
-    const query = { endpoints: [...this.completions.keys()], maxAttempts, backoffSeconds, maxBackoffSeconds };
-    const found = await this.findAbandoned({ ...query, limit: batchSize });
-    for (const record of found) {
-      if (this.idempotency.shuttingDown) break;
+    const query = { endpoints: [...this.completions.keys()], maxAttempts, backoffSeconds, maxBackoffSeconds, limit: 1 };
+    for (let looked = 0; looked < batchSize && !this.idempotency.shuttingDown; looked += 1) {
+      const [record] = await this.findAbandoned(query);
+      if (!record) break;
       pass[await this.complete(record)] += 1;
     }
     return pass;
@@ -197,60 +205,95 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
   }
 
   /**
-   * Claims one abandoned operation again and runs its completion within the claim. A claim refused because another
-   * attempt holds the operation now (a client's retry, another instance's completer), or because a new request took
-   * its key after it expired, is theirs; one refused as the application shuts down is left; one the store could not
-   * answer ends the look.
+   * Claims one abandoned operation again and runs its completion within the claim, for at most `maxHoldSeconds`. A
+   * claim refused because another attempt holds the operation now (a client's retry, another instance's completer),
+   * or because a new request took its key after it expired, is theirs; one refused as the application shuts down is
+   * left; one the store could not answer ends the look. A claim that did not resume the operation found (the record
+   * was released or expired meanwhile, and the claim made a new one) is released before anything runs.
    */
   private async complete(record: AbandonedRecord): Promise<keyof CompletionPass> {
     const { scope, fingerprint, steps } = record;
     const { completion, policy } = this.completions.get(scope.endpoint) as Registration;
     const attempt = record.attempts + 1;
-    let ran = false;
+    let claimed: IdempotencyRun | undefined;
+    const completing = this.idempotency.runOnce(
+      scope,
+      fingerprint,
+      policy,
+      { terms: { key: `key of ${scope.endpoint}`, usedWith: 'request' }, transport: 'completer' },
+      async (run) => {
+        claimed = run;
+        if (!resumes(run, steps)) throw new NotAbandoned();
+        return storedOutcome(await completion({ scope, steps, attempt, run }));
+      },
+    );
     try {
-      const { replayed } = await this.idempotency.runOnce(
-        scope,
-        fingerprint,
-        policy,
-        { terms: { key: `key of ${scope.endpoint}`, usedWith: 'request' }, transport: 'completer' },
-        async (run) => {
-          ran = true;
-          return storedOutcome(await completion({ scope, steps, attempt, run }));
-        },
+      const { replayed } = await within(
+        completing,
+        policy.maxHoldSeconds * 1000,
+        () => new Error(`it did not end within maxHoldSeconds (${policy.maxHoldSeconds} s)`),
       );
       if (replayed) return 'skipped';
       this.logger.log(`Completed the abandoned ${describeScope(scope)} (attempt ${attempt}).`);
       publishIdempotencyEvent('completion', () => ({ scope, attempt, outcome: 'completed' }));
       return 'completed';
     } catch (error) {
-      if (!ran) {
+      if (error instanceof NotAbandoned) return 'skipped';
+      if (!claimed) {
         if (error instanceof IdempotencyRequestInProgressError || error instanceof IdempotencyKeyReuseError) {
           return 'skipped';
         }
         if (error instanceof IdempotencyShuttingDownError) return 'skipped'; // the look stops at the next one
         throw error;
       }
-      return this.failed(scope, attempt, steps, error);
+      return this.failed(scope, attempt, claimed.recordedSteps.length > 0, error);
     }
   }
 
   /** A completion that failed: left for a later attempt, or, on its last, to an operator. */
-  private failed(scope: IdempotencyScope, attempt: number, steps: string[], error: unknown): keyof CompletionPass {
-    const gaveUp = attempt >= this.settings.maxAttempts && steps.length > 0;
+  private failed(scope: IdempotencyScope, attempt: number, stepped: boolean, error: unknown): keyof CompletionPass {
+    const gaveUp = attempt >= this.settings.maxAttempts && stepped;
     const left = gaveUp
       ? `the completer gives up on it after ${attempt} attempts: it stays in progress until it expires, for an ` +
         'operator to see and release (nest-idempotency stuck, release)'
-      : steps.length > 0
+      : stepped
         ? 'it is left for a later attempt, from its last step'
         : 'it had recorded no step, so its record is released: a retry runs it anew';
-    this.logger.warn(`Completing the abandoned ${describeScope(scope)} failed (${error}); ${left}.`);
+    const message = `Completing the abandoned ${describeScope(scope)} failed (${error}); ${left}.`;
+    // Cut short by shutdown's drain: the next instance's completer (or a retry) takes it from there.
+    if (this.idempotency.shuttingDown) this.logger.log(message);
+    else this.logger.warn(message);
     publishIdempotencyEvent('completion', () => ({ scope, attempt, outcome: gaveUp ? 'gave-up' : 'failed', error }));
     return gaveUp ? 'gaveUp' : 'failed';
   }
 }
 
+/** Thrown, before a completion runs, by a claim that did not resume the operation found. */
+class NotAbandoned extends Error {}
+
+/**
+ * Whether the claim took over the record found, at the recovery point found or past it (another attempt may have
+ * recorded more since): not a new record (the one found was released, or purged), nor one restarted without its steps
+ * (it expired).
+ */
+function resumes(run: IdempotencyRun, found: string[]): boolean {
+  const recorded = run.recordedSteps;
+  return run.takeover && found.every((name, position) => recorded[position] === name);
+}
+
 /** A completion's outcome as the store keeps it: its body as JSON, with its status. */
 function storedOutcome({ status = 200, body, headers = {} }: CompletedOutcome): StoredResponse {
+  // Refused before the attempt ends, so that the completion fails (and is tried again) rather than its outcome.
+  if (!Number.isInteger(status) || status < 100 || status > 599) {
+    throw new TypeError(`A completion's status must be an integer from 100 to 599, got ${describedValue(status)}`);
+  }
+  for (const [name, value] of Object.entries(headers)) {
+    if (typeof value !== 'string') {
+      throw new TypeError(
+        `A completion's header ${JSON.stringify(name)} must be a string, got ${describedValue(value)}`,
+      );
+    }
+  }
   const stored = storedResult(body);
   return { ...stored, status, headers: { ...stored.headers, ...headers } };
 }

@@ -6,7 +6,7 @@ import type {
   ProtocolIdempotentOptions,
 } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
-import { boolean, callable, oneOf, positive, positiveInteger, wholeNumber } from './option-checks.js';
+import { boolean, callable, oneOf, positive, positiveInteger, timerSeconds, wholeNumber } from './option-checks.js';
 import { describedValue } from './described-value.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 
@@ -54,7 +54,7 @@ export function resolvePurgeSettings(options: ProtocolModuleOptions): {
   const intervalSeconds = options.purgeIntervalSeconds ?? 300;
   return {
     batchSize,
-    intervalSeconds: intervalSeconds === false ? false : positive('purgeIntervalSeconds', intervalSeconds),
+    intervalSeconds: intervalSeconds === false ? false : timerSeconds('purgeIntervalSeconds', intervalSeconds),
   };
 }
 
@@ -62,7 +62,7 @@ export function resolvePurgeSettings(options: ProtocolModuleOptions): {
 export function resolveCompleterSettings({ completer = {} }: ProtocolModuleOptions): Required<CompleterOptions> {
   const intervalSeconds = completer.intervalSeconds ?? 30;
   return {
-    intervalSeconds: intervalSeconds === false ? false : positive('completer.intervalSeconds', intervalSeconds),
+    intervalSeconds: intervalSeconds === false ? false : timerSeconds('completer.intervalSeconds', intervalSeconds),
     batchSize: positiveInteger('completer.batchSize', completer.batchSize ?? 10),
     maxAttempts: positiveInteger('completer.maxAttempts', completer.maxAttempts ?? 5),
     backoffSeconds: positive('completer.backoffSeconds', completer.backoffSeconds ?? 10),

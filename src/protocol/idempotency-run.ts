@@ -43,6 +43,15 @@ export class IdempotencyRun {
     return this.steps.run(this, name, work, options);
   }
 
+  /**
+   * The names of the operation's steps recorded so far, in order: those earlier attempts recorded (the recovery point
+   * this attempt resumed from), then those this attempt recorded. None in a transactional operation (its steps commit
+   * with its outcome).
+   */
+  get recordedSteps(): readonly string[] {
+    return this.steps?.recordedNames ?? [];
+  }
+
   /** Ends the run's steps: a step begun after its attempt ended is refused (it has nothing to record into). */
   endSteps(): void {
     this.steps?.end();

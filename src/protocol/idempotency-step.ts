@@ -26,6 +26,8 @@ export interface StepOptions {
 
 /** The steps of one attempt, as its run calls them (`OperationSteps`). */
 export interface StepsOfRun<Run> {
+  /** The names of the operation's steps recorded so far, in order (earlier attempts', then this one's). */
+  readonly recordedNames: readonly string[];
   /** Refuses steps from now on: the attempt has ended. */
   end(): void;
   run<T>(

@@ -82,8 +82,11 @@ export function operationTerms(name: string): KeyTerms {
 
 /** The result of an operation's work as stored: its JSON (`null` for nothing). */
 export function storedResult(value: unknown): StoredResponse {
-  const body = Buffer.from(JSON.stringify(value ?? null));
-  return { status: 200, headers: { 'content-type': 'application/json' }, body };
+  const json = JSON.stringify(value ?? null) as string | undefined;
+  // A function or a symbol has no JSON at all: refused in words, rather than by Buffer.from(undefined).
+  if (json === undefined)
+    throw new TypeError(`An operation's result must be JSON, and ${describedValue(value)} has none`);
+  return { status: 200, headers: { 'content-type': 'application/json' }, body: Buffer.from(json) };
 }
 
 /** A stored result, as every call of the operation returns it. */

@@ -97,6 +97,15 @@ export class OperationSteps implements StepsOfRun<IdempotencyRun> {
     }
   }
 
+  /**
+   * The names of the operation's steps recorded so far, in order: by earlier attempts, then by this one (none in a
+   * transactional operation, whose steps commit with its outcome).
+   */
+  get recordedNames(): string[] {
+    const earlier = this.recorded.map(({ name }) => name);
+    return this.policy.transactional ? earlier : [...earlier, ...[...this.names].slice(earlier.length)];
+  }
+
   /** Refuses steps from now on: the attempt has ended. */
   end(): void {
     this.ended = true;

@@ -10,6 +10,20 @@ export function positive(name: string, value: number): number {
   return value;
 }
 
+/** The longest delay Node.js keeps for a timer (2^31 - 1 ms); a longer one fires after 1 ms, each time. */
+const LONGEST_TIMER_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
+
+/** How often a timer of the module's fires: positive, and at most about 24.8 days, which Node.js would cut to 1 ms. */
+export function timerSeconds(name: string, value: number): number {
+  if (positive(name, value) > LONGEST_TIMER_SECONDS) {
+    throw new RangeError(
+      `Idempotency option ${name} must be at most ${LONGEST_TIMER_SECONDS} s (Node.js runs a longer timer every ` +
+        `millisecond), got ${describedValue(value)}`,
+    );
+  }
+  return value;
+}
+
 export function positiveInteger(name: string, value: number): number {
   if (!Number.isSafeInteger(value) || value <= 0) {
     throw new RangeError(`Idempotency option ${name} must be a positive integer, got ${describedValue(value)}`);

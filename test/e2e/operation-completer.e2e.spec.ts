@@ -4,6 +4,7 @@ import { Controller, HttpException, Post, ServiceUnavailableException } from '@n
 import request from 'supertest';
 import {
   type AbandonedOperation,
+  type CompletedOutcome,
   IdempotencyCompleter,
   IdempotencyContext,
   type IdempotencyRun,
@@ -14,7 +15,7 @@ import {
 } from '../../src/index.js';
 import { routeCompletion } from '../../src/http/index.js';
 import { IDEMPOTENCY_CHANNELS, type CompletionEvent } from '../../src/observability/index.js';
-import { IdempotencyOperator } from '../../src/postgres/index.js';
+import { IdempotencyOperator, PostgresIdempotencyStore } from '../../src/postgres/index.js';
 import { operationFingerprint } from '../../src/protocol/idempotent-operations.js';
 import { IDEMPOTENCY_STORE } from '../../src/store/index.js';
 import type { IdempotencyStore } from '../../src/store/index.js';
@@ -212,6 +213,10 @@ for (const storeName of ['postgres', 'memory'] as const) {
         const operator = new IdempotencyOperator(async (text, values) => db.query(text, values));
         const [stuck] = (await operator.stuck({ limit: 1000 })).filter((record) => record.key === operation.key);
         expect(stuck).toMatchObject({ status: 'in_progress', attempts: MAX_ATTEMPTS, steps: ['reserve'] });
+        // However many attempts a client's retries add, its backoff does not overflow.
+        await db.query('UPDATE idempotency_records SET attempts = 2000 WHERE idempotency_key = $1', [operation.key]);
+        await expect(completer.gaveUp()).resolves.toEqual([expect.objectContaining({ attempts: 2000 })]);
+        await expect(completer.completeAbandoned()).resolves.toEqual(NOTHING);
       }
       // Its client's retry takes it over and resumes from its step.
       stopFailing();
@@ -281,6 +286,49 @@ for (const storeName of ['postgres', 'memory'] as const) {
       }
     });
 
+    it('leaves at its new step an operation whose completion recorded a step and then failed', async () => {
+      const store = app.context.get<IdempotencyStore>(IDEMPOTENCY_STORE);
+      const operation = { name: newName(), key: randomUUID() };
+      const scope = { account: '', endpoint: `operation ${operation.name}`, key: operation.key };
+      await store.claim(scope, operationFingerprint(undefined), randomUUID(), { leaseSeconds: 1, ttlSeconds: 3600 });
+      const { stopFailing, work } = twoSteps();
+      completer.registerOperation(operation.name, async ({ run }) => work(run));
+      await place.age(operation.key, BACKOFF_SECONDS + 1);
+      await expect(completer.completeAbandoned()).resolves.toEqual({ ...NOTHING, failed: 1 });
+      expect(completerWarnings()).toEqual([
+        expect.stringContaining('it is left for a later attempt, from its last step'),
+      ]);
+      stopFailing();
+      await place.age(operation.key, 2 * BACKOFF_SECONDS + 1);
+      await expect(completer.completeAbandoned()).resolves.toEqual({ ...NOTHING, completed: 1 });
+      await expect(idempotency.execute(operation, async () => 'never run')).resolves.toMatchObject({
+        result: { reserved: { reservation: 1 }, paid: 'paid 1' },
+        replayed: true,
+      });
+    });
+
+    it('fails a completion whose outcome cannot be stored (a status out of range, a function), never storing it', async () => {
+      const operation = { name: newName(), key: randomUUID() };
+      const { stopFailing, work } = twoSteps();
+      await expect(idempotency.execute(operation, work)).rejects.toBeInstanceOf(Interrupted);
+      stopFailing();
+      const outcomes: CompletedOutcome[] = [{ status: 1000, body: 'too high' }, { body: () => 'no JSON' }];
+      completer.register(`operation ${operation.name}`, async ({ run }) => {
+        await work(run);
+        return outcomes.shift() as CompletedOutcome;
+      });
+      await place.age(operation.key, BACKOFF_SECONDS + 1);
+      await expect(completer.completeAbandoned()).resolves.toEqual({ ...NOTHING, failed: 1 });
+      await place.age(operation.key, 2 * BACKOFF_SECONDS + 1);
+      await expect(completer.completeAbandoned()).resolves.toEqual({ ...NOTHING, gaveUp: 1 });
+      expect(completerWarnings()).toEqual([
+        expect.stringContaining("A completion's status must be an integer from 100 to 599, got the number 1000"),
+        expect.stringContaining("An operation's result must be JSON, and a function has none"),
+      ]);
+      // Nothing was stored: the client's retry finishes it from its steps.
+      await expect(idempotency.execute(operation, work)).resolves.toMatchObject({ replayed: false });
+    });
+
     it('refuses a second completion of one endpoint at start-up', () => {
       const name = newName();
       completer.registerOperation(name, async () => 1);
@@ -288,6 +336,98 @@ for (const storeName of ['postgres', 'memory'] as const) {
     });
   });
 }
+
+describe('The completer and a record that changed between its look and its claim', () => {
+  let app: TestContext | undefined;
+  afterEach(() => app?.close());
+
+  it.each([
+    ['released by an operator', 'DELETE FROM idempotency_records WHERE idempotency_key = $1'],
+    ['expired', 'UPDATE idempotency_records SET expires_at = now() WHERE idempotency_key = $1'],
+  ])('never runs an operation %s meanwhile (its steps would run again), and leaves no record', async (_, change) => {
+    /** The store, its record changed the moment the completer has found it. */
+    class ChangedMeanwhile extends PostgresIdempotencyStore {
+      override async findAbandoned(query: Parameters<PostgresIdempotencyStore['findAbandoned']>[0]) {
+        const found = await super.findAbandoned(query);
+        for (const { scope } of found) await db.query(change, [scope.key]);
+        return found;
+      }
+    }
+    app = await startTestContext({
+      database: db,
+      overrideStore: (dataSource) => new ChangedMeanwhile(dataSource, 'idempotency_records'),
+      idempotency: { singleTenant: true, completer: { intervalSeconds: false, backoffSeconds: 1 } },
+    });
+    const operation = { name: newName(), key: randomUUID() };
+    const { runs, stopFailing, work } = twoSteps();
+    await expect(app.context.get(IdempotencyService).execute(operation, work)).rejects.toBeInstanceOf(Interrupted);
+    let completions = 0;
+    app.context.get(IdempotencyCompleter).registerOperation(operation.name, async ({ run }) => {
+      completions += 1;
+      stopFailing();
+      return work(run);
+    });
+    await db.query(
+      `UPDATE idempotency_records SET locked_until = now() - interval '1 minute' WHERE idempotency_key = $1`,
+      [operation.key],
+    );
+    await expect(app.context.get(IdempotencyCompleter).completeAbandoned()).resolves.toEqual({
+      ...NOTHING,
+      skipped: 1,
+    });
+    expect(completions).toBe(0);
+    expect(runs).toEqual({ reserve: 1, pay: 0 });
+    await expect(
+      db.query('SELECT count(*)::int AS n FROM idempotency_records WHERE idempotency_key = $1', [operation.key]),
+    ).resolves.toEqual([{ n: 0 }]);
+  });
+
+  it('stops waiting for a completion past maxHoldSeconds, and goes on with the next operation', async () => {
+    app = await startTestContext({
+      database: db,
+      idempotency: {
+        singleTenant: true,
+        shutdownTimeoutSeconds: 1,
+        completer: { intervalSeconds: false, backoffSeconds: 1 },
+      },
+    });
+    const idempotency = app.context.get(IdempotencyService);
+    const name = newName();
+    const hung = { name, key: `hung:${randomUUID()}` };
+    const next = { name, key: `next:${randomUUID()}` };
+    for (const operation of [hung, next]) {
+      await expect(idempotency.execute(operation, twoSteps().work)).rejects.toBeInstanceOf(Interrupted);
+      await db.query(
+        `UPDATE idempotency_records SET locked_until = now() - interval '1 minute' WHERE idempotency_key = $1`,
+        [operation.key],
+      );
+    }
+    // The hung one idle longer: found first.
+    await db.query(
+      `UPDATE idempotency_records SET locked_until = now() - interval '1 hour' WHERE idempotency_key = $1`,
+      [hung.key],
+    );
+    app.context
+      .get(IdempotencyCompleter)
+      .registerOperation(
+        name,
+        ({ scope }) => (scope.key === hung.key ? new Promise(() => undefined) : Promise.resolve('done')),
+        { maxHoldSeconds: 0.5 },
+      );
+    await expect(app.context.get(IdempotencyCompleter).completeAbandoned()).resolves.toEqual({
+      ...NOTHING,
+      failed: 1,
+      completed: 1,
+    });
+    expect(app.logger.warnings).toEqual(
+      expect.arrayContaining([expect.stringContaining('it did not end within maxHoldSeconds (0.5 s)')]),
+    );
+    await expect(idempotency.execute(next, async () => 'never run')).resolves.toEqual({
+      result: 'done',
+      replayed: true,
+    });
+  });
+});
 
 describe('The completer and an attempt that holds the operation first', () => {
   /** A store on which a client's retry claims each abandoned operation the moment the completer has found it. */

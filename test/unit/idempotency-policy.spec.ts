@@ -2,7 +2,12 @@ import { Idempotent } from '../../src/index.js';
 import { isFinalStatusByDefault, sha256Fingerprint } from '../../src/http/index.js';
 import type { IdempotencyModuleOptions, IdempotentOptions } from '../../src/index.js';
 import { resolveHttpPolicy } from '../../src/http/requests/http-policy.js';
-import { checkTenancy, resolvePolicy, resolvePurgeSettings } from '../../src/protocol/idempotency-policy.js';
+import {
+  checkTenancy,
+  resolveCompleterSettings,
+  resolvePolicy,
+  resolvePurgeSettings,
+} from '../../src/protocol/idempotency-policy.js';
 
 /** A route's options as both rooms resolve them: the protocol's and the HTTP edge's, side by side. */
 function resolveRoute(moduleOptions: IdempotencyModuleOptions, routeOptions: IdempotentOptions = {}) {
@@ -101,6 +106,35 @@ describe('resolvePurgeSettings', () => {
   it('refuses a non-positive interval, and true', () => {
     expect(() => resolvePurgeSettings({ purgeIntervalSeconds: 0 })).toThrow(RangeError);
     expect(() => resolvePurgeSettings({ purgeIntervalSeconds: true as unknown as number })).toThrow(RangeError);
+  });
+
+  it('refuses an interval longer than a Node.js timer keeps (it would fire every millisecond)', () => {
+    expect(resolvePurgeSettings({ purgeIntervalSeconds: 2_147_483 }).intervalSeconds).toBe(2_147_483);
+    expect(() => resolvePurgeSettings({ purgeIntervalSeconds: 2_147_484 })).toThrow(/at most 2147483 s/);
+  });
+});
+
+describe('resolveCompleterSettings', () => {
+  it('defaults to a look every 30 s, 10 at a time, a backoff from 10 s to an hour, 5 attempts', () => {
+    expect(resolveCompleterSettings({})).toEqual({
+      intervalSeconds: 30,
+      batchSize: 10,
+      maxAttempts: 5,
+      backoffSeconds: 10,
+      maxBackoffSeconds: 3600,
+    });
+    expect(resolveCompleterSettings({ completer: { intervalSeconds: false } }).intervalSeconds).toBe(false);
+  });
+
+  it.each([
+    [{ intervalSeconds: 0 }, /completer.intervalSeconds must be a positive number/],
+    [{ intervalSeconds: 30 * 24 * 3600 }, /completer.intervalSeconds must be at most 2147483 s/],
+    [{ batchSize: 1.5 }, /completer.batchSize must be a positive integer/],
+    [{ maxAttempts: 0 }, /completer.maxAttempts must be a positive integer/],
+    [{ backoffSeconds: -1 }, /completer.backoffSeconds must be a positive number/],
+    [{ maxBackoffSeconds: Number.NaN }, /completer.maxBackoffSeconds must be a positive number/],
+  ])('refuses %p', (completer, message) => {
+    expect(() => resolveCompleterSettings({ completer })).toThrow(message);
   });
 });
 

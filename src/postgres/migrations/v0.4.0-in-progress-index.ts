@@ -5,7 +5,8 @@ import type { RecordsTable } from './records-table.js';
 /**
  * 0.4.0: an index of the records in progress, by endpoint, through which the completer finds the abandoned ones
  * without reading the completed ones. Partial, and on a column no renewal changes: it holds only the few records in
- * progress, and a lease's renewal stays a heap-only update. Building it reads the table once.
+ * progress, and a lease's renewal stays a heap-only update. Building it reads the table once; an index of that name
+ * made beforehand (`CREATE INDEX CONCURRENTLY`, on a large table) is kept.
  */
 export function addInProgressIndexMigration({ quoted, bareName, suffix }: RecordsTable): new () => MigrationInterface {
   const index = quoteIdentifier(`${bareName}_in_progress_idx`);
@@ -14,7 +15,9 @@ export function addInProgressIndexMigration({ quoted, bareName, suffix }: Record
     name = `IdempotencyRecordsV0_4_0InProgressIndex${suffix}_1796860800000`;
 
     async up(queryRunner: QueryRunner): Promise<void> {
-      await queryRunner.query(`CREATE INDEX ${index} ON ${quoted} (endpoint) WHERE status = 'in_progress'`);
+      await queryRunner.query(
+        `CREATE INDEX IF NOT EXISTS ${index} ON ${quoted} (endpoint) WHERE status = 'in_progress'`,
+      );
     }
 
     async down(queryRunner: QueryRunner): Promise<void> {
