@@ -117,18 +117,24 @@ describe("the sample app's operator routes", () => {
     expect(next.headers['idempotent-replay']).toBeUndefined();
   });
 
-  it('lists the charges the completer gave up on: those claimed its maxAttempts times (5), and no other', async () => {
+  it('lists the charges the completer gave up on (claimed its maxAttempts times, 5), no other, and releases one', async () => {
     const key = `gave-up-${randomUUID()}`;
     expect((await postCharge(standard.url, { ...charge, source: 'tok_providerDown' }, key, account)).status).toBe(503);
     const gaveUp = async () =>
       (await request(app.url).get('/operator/records?state=gave-up').set('X-Operator-Token', OPERATOR_TOKEN)).body
-        .records as Array<{ key: string }>;
+        .records as Array<{ key: string; attempt: string }>;
     await expect(gaveUp()).resolves.toEqual([]);
     // As five attempts would have left it: the client's and four of the completer's.
     await db.query('UPDATE idempotency_records SET attempts = 5 WHERE idempotency_key = $1', [key]);
-    await expect(gaveUp()).resolves.toEqual([
-      expect.objectContaining({ key, state: 'lease-lapsed', attempts: 5, steps: ['create-charge'] }),
-    ]);
+    const [listed] = await gaveUp();
+    expect(listed).toMatchObject({ key, state: 'lease-lapsed', attempts: 5, steps: ['create-charge'] });
+    // And the operator releases it, as any stuck key.
+    const release = await request(app.url)
+      .post('/operator/release')
+      .set('X-Operator-Token', OPERATOR_TOKEN)
+      .send({ account, endpoint: 'POST /v1/charges', key, attempt: listed.attempt });
+    expect(release.body).toEqual({ outcome: 'released' });
+    await expect(gaveUp()).resolves.toEqual([]);
   });
 });
 
