@@ -6,7 +6,7 @@ import { Column, Entity, Index, PrimaryColumn } from 'typeorm';
  */
 @Entity({ name: 'idempotency_records' })
 @Index('idempotency_records_expires_at_idx', ['expiresAt'])
-@Index('idempotency_records_in_progress_idx', ['endpoint'], { where: "status = 'in_progress'" })
+@Index('idempotency_records_in_progress_idx', ['endpoint'], { where: "status = 'in_progress' AND attempts > 0" })
 export class IdempotencyRecord {
   @PrimaryColumn({ type: 'text', primaryKeyConstraintName: 'idempotency_records_pkey' })
   account: string;

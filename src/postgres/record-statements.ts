@@ -200,13 +200,14 @@ export function recordStatements(tableName: string, channel: string): RecordStat
     )
     SELECT ((SELECT count(*) FROM marked) + (SELECT count(*) FROM already))::int AS count`);
   // In progress, not expired, its lease ended at least its backoff ago (its doubling stopped at 2^60, past any
-  // maxBackoffSeconds, where float8 would overflow after some 1025 attempts); the partial index on in-progress records
-  // (`<table>_in_progress_idx`) keeps it off the completed ones, however many the table holds.
+  // maxBackoffSeconds, where float8 would overflow after some 1025 attempts). The partial index on in-progress records
+  // (`<table>_in_progress_idx`) keeps it off the completed ones, however many the table holds: `attempts > 0`, true of
+  // every record, is its predicate's, which this statement alone states.
   const abandoned = prepared(`
     SELECT account, endpoint, idempotency_key AS key, fingerprint, attempts,
            COALESCE(jsonb_path_query_array(steps, '$[*].name'), '[]'::jsonb) AS steps
     FROM ${table}
-    WHERE status = 'in_progress' AND endpoint = ANY($1::text[]) AND expires_at > now()
+    WHERE status = 'in_progress' AND attempts > 0 AND endpoint = ANY($1::text[]) AND expires_at > now()
       AND ($2::int IS NULL OR attempts < $2) AND attempts >= $6
       AND locked_until <= now() - make_interval(secs => least($4::float8, $3::float8 * power(2, least(attempts - 1, 60))))
     ORDER BY locked_until LIMIT $5`);
