@@ -78,7 +78,7 @@ interface Registration {
 }
 
 /**
- * The completer: operations registered with it (an `execute()` job's, a route's) whose attempt was
+ * The completer: operations registered with it (an `execute()` job's, a route's, a consumer's) whose attempt was
  * abandoned (its process died, or it failed after recording a step, and no retry came) are claimed again after a
  * backoff, like any attempt (the same fingerprint, a lease, fencing), and finished by their completion, so that the
  * work completes even when the client never retries. Bounded: one operation at a time, `batchSize` per look, and
@@ -102,8 +102,9 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
   }
 
   /**
-   * Registers how the abandoned operations of `endpoint` (a route's method and path, `POST /v1/charges`; an
-   * `execute()` operation's `operation <name>`, which `registerOperation` names for you) are finished. `options` are the route's or handler's own, where they differ
+   * Registers how the abandoned operations of `endpoint` (a route's method and path, `POST /v1/charges`; a consumer's
+   * transport, pattern and handler, `rabbitmq payout.requested PayoutsConsumer.pay`; an `execute()` operation's
+   * `operation <name>`, which `registerOperation` names for you) are finished. `options` are the route's or handler's own, where they differ
    * from the module's (its lease, its TTL, `transactional`). Call it at start-up (`onModuleInit`); a store that cannot
    * find abandoned records refuses it.
    */
