@@ -105,8 +105,8 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
    * Registers how the abandoned operations of `endpoint` (a route's method and path, `POST /v1/charges`; a consumer's
    * transport, pattern and handler, `<transport> payout.requested PayoutsConsumer.pay`; an `execute()` operation's
    * `operation <name>`, which `registerOperation` names for you) are finished. `options` are the route's or handler's
-   * own, where they differ from the module's (its lease, its TTL, `transactional`). Call it at start-up (`onModuleInit`); a store that cannot
-   * find abandoned records refuses it.
+   * own, where they differ from the module's (its lease, its TTL, `transactional`). Call it at start-up
+   * (`onModuleInit`); a store that cannot find abandoned records refuses it.
    */
   register(endpoint: string, completion: OperationCompletion, options: ProtocolIdempotentOptions = {}): void {
     if (!this.store.findAbandoned) {
