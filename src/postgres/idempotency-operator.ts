@@ -79,11 +79,12 @@ export class IdempotencyOperator implements IdempotencyOperations {
     const limit = options.limit ?? OPERATOR_DEFAULT_LIMIT;
     const stuck: OperatorRecord[] = [];
     // Read a page at a time: whether a holder transaction lives is known only after reading its record, so the limit
-    // counts the stuck records found, never the live ones read before them.
+    // counts the stuck records found, never the live ones read before them. `attempts > 0` (true of every record) lets
+    // it read the in-progress records' index (`<table>_in_progress_idx`), not the whole table.
     for (let offset = 0; stuck.length < limit; offset += limit) {
       const rows = await this.query(
         `SELECT ${COLUMNS} FROM ${this.table}
-         WHERE status = 'in_progress' AND (locked_until <= now() OR lock_held)
+         WHERE status = 'in_progress' AND attempts > 0 AND (locked_until <= now() OR lock_held)
          ORDER BY created_at, account, endpoint, idempotency_key LIMIT $1 OFFSET $2`,
         [limit, offset],
       );

@@ -36,7 +36,10 @@ import { describeScope, within, withTimeout } from './store-bounds.js';
 export interface AbandonedOperation {
   /** Whose and which: the account, the endpoint (`operation <name>` for `execute()`'s) and the key. */
   scope: IdempotencyScope;
-  /** The names of the steps earlier attempts recorded, in order: `run.step()` returns their results without running them. */
+  /**
+   * The names of the steps earlier attempts recorded, in order, as its claim found them: `run.step()` returns their
+   * results without running them.
+   */
   steps: string[];
   /** This attempt's number among those that claimed the operation (the first client's was 1). */
   attempt: number;
@@ -68,7 +71,10 @@ export interface CompletionPass {
   failed: number;
   /** Failed on their last attempt (`maxAttempts`): left in progress for an operator. */
   gaveUp: number;
-  /** Found, and claimed meanwhile by another attempt (a client's retry, another instance's completer), or completed. */
+  /**
+   * Found, and not run: claimed meanwhile by another attempt (a client's retry, another instance's completer),
+   * completed, released or expired with its steps (its claim released at once), or the application shutting down.
+   */
   skipped: number;
 }
 
@@ -192,9 +198,12 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     if (this.completions.size === 0) return pass;
     const { batchSize, maxAttempts, backoffSeconds, maxBackoffSeconds } = this.settings;
     const query = { endpoints: [...this.completions.keys()], maxAttempts, backoffSeconds, maxBackoffSeconds, limit: 1 };
+    const seen = new Set<string>();
     for (let looked = 0; looked < batchSize && !this.idempotency.shuttingDown; looked += 1) {
       const [record] = await this.findAbandoned(query);
-      if (!record) break;
+      // Found again, unchanged by its claim (a replay answered from memory): the look would find nothing else.
+      if (!record || seen.has(JSON.stringify(record.scope))) break;
+      seen.add(JSON.stringify(record.scope));
       pass[await this.complete(record)] += 1;
     }
     return pass;
@@ -213,26 +222,30 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
    * was released or expired meanwhile, and the claim made a new one) is released before anything runs.
    */
   private async complete(record: AbandonedRecord): Promise<keyof CompletionPass> {
-    const { scope, fingerprint, steps } = record;
+    const { scope, fingerprint } = record;
     const { completion, policy } = this.completions.get(scope.endpoint) as Registration;
     const attempt = record.attempts + 1;
     let claimed: IdempotencyRun | undefined;
-    const completing = this.idempotency.runOnce(
-      scope,
-      fingerprint,
-      policy,
-      { terms: { key: `key of ${scope.endpoint}`, usedWith: 'request' }, transport: 'completer' },
-      async (run) => {
-        claimed = run;
-        if (!resumes(run, steps)) throw new NotAbandoned();
-        return storedOutcome(await completion({ scope, steps, attempt, run }));
-      },
-    );
     try {
-      const { replayed } = await within(
-        completing,
-        policy.maxHoldSeconds * 1000,
-        () => new Error(`it did not end within maxHoldSeconds (${policy.maxHoldSeconds} s)`),
+      const { replayed } = await this.idempotency.runOnce(
+        scope,
+        fingerprint,
+        policy,
+        { terms: { key: `key of ${scope.endpoint}`, usedWith: 'request' }, transport: 'completer' },
+        async (run) => {
+          claimed = run;
+          if (!resumes(run, record.steps)) throw new NotAbandoned();
+          // Its steps as claimed: another attempt may have recorded more since the look.
+          const steps = [...run.recordedSteps];
+          // Past maxHoldSeconds its attempt ends, released: the completion's later steps are refused, and the look
+          // goes on (its work is not cancelled; nothing of it is recorded any more).
+          const outcome = await within(
+            completion({ scope, steps, attempt, run }),
+            policy.maxHoldSeconds * 1000,
+            () => new Error(`it did not end within maxHoldSeconds (${policy.maxHoldSeconds} s)`),
+          );
+          return storedOutcome(outcome);
+        },
       );
       if (replayed) return 'skipped';
       this.logger.log(`Completed the abandoned ${describeScope(scope)} (attempt ${attempt}).`);
@@ -282,6 +295,9 @@ function resumes(run: IdempotencyRun, found: string[]): boolean {
   return run.takeover && found.every((name, position) => recorded[position] === name);
 }
 
+/** A header's name: a token (RFC 9110). */
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
 /** A completion's outcome as the store keeps it: its body as JSON, with its status. */
 function storedOutcome({ status = 200, body, headers = {} }: CompletedOutcome): StoredResponse {
   // Refused before the attempt ends, so that the completion fails (and is tried again) rather than its outcome.
@@ -289,9 +305,11 @@ function storedOutcome({ status = 200, body, headers = {} }: CompletedOutcome): 
     throw new TypeError(`A completion's status must be an integer from 100 to 599, got ${describedValue(status)}`);
   }
   for (const [name, value] of Object.entries(headers)) {
-    if (typeof value !== 'string') {
+    // What a replay could not send: every later call of the key would fail.
+    if (!HEADER_NAME.test(name) || typeof value !== 'string' || /[\r\n\0]/.test(value)) {
       throw new TypeError(
-        `A completion's header ${JSON.stringify(name)} must be a string, got ${describedValue(value)}`,
+        `A completion's header ${JSON.stringify(name)} must be a token with a string value of one line, got ` +
+          describedValue(value),
       );
     }
   }

@@ -6,7 +6,16 @@ import type {
   ProtocolIdempotentOptions,
 } from './idempotency-options.interface.js';
 import type { ReplayCacheLimits } from './replay-cache.js';
-import { boolean, callable, oneOf, positive, positiveInteger, timerSeconds, wholeNumber } from './option-checks.js';
+import {
+  boolean,
+  callable,
+  oneOf,
+  positive,
+  positiveAtMost,
+  positiveInteger,
+  timerSeconds,
+  wholeNumber,
+} from './option-checks.js';
 import { describedValue } from './described-value.js';
 import { IdempotencySetupError } from './idempotency-setup.error.js';
 
@@ -58,6 +67,9 @@ export function resolvePurgeSettings(options: ProtocolModuleOptions): {
   };
 }
 
+/** The longest backoff: far past any record's TTL, and within what the database's timestamps can subtract. */
+const A_YEAR = 365 * 24 * 3600;
+
 /** The completer's settings, checked. */
 export function resolveCompleterSettings({ completer = {} }: ProtocolModuleOptions): Required<CompleterOptions> {
   const intervalSeconds = completer.intervalSeconds ?? 30;
@@ -65,8 +77,13 @@ export function resolveCompleterSettings({ completer = {} }: ProtocolModuleOptio
     intervalSeconds: intervalSeconds === false ? false : timerSeconds('completer.intervalSeconds', intervalSeconds),
     batchSize: positiveInteger('completer.batchSize', completer.batchSize ?? 10),
     maxAttempts: positiveInteger('completer.maxAttempts', completer.maxAttempts ?? 5),
-    backoffSeconds: positive('completer.backoffSeconds', completer.backoffSeconds ?? 10),
-    maxBackoffSeconds: positive('completer.maxBackoffSeconds', completer.maxBackoffSeconds ?? 3600),
+    backoffSeconds: positiveAtMost('completer.backoffSeconds', completer.backoffSeconds ?? 10, A_YEAR, 'a year'),
+    maxBackoffSeconds: positiveAtMost(
+      'completer.maxBackoffSeconds',
+      completer.maxBackoffSeconds ?? 3600,
+      A_YEAR,
+      'a year',
+    ),
   };
 }
 

@@ -45,8 +45,8 @@ export class IdempotencyRun {
 
   /**
    * The names of the operation's steps recorded so far, in order: those earlier attempts recorded (the recovery point
-   * this attempt resumed from), then those this attempt recorded. None in a transactional operation (its steps commit
-   * with its outcome).
+   * this attempt resumed from), then those this attempt recorded (none in a transactional operation, whose steps
+   * commit with its outcome).
    */
   get recordedSteps(): readonly string[] {
     return this.steps?.recordedNames ?? [];

@@ -10,8 +10,11 @@ export function positive(name: string, value: number): number {
   return value;
 }
 
-/** The longest delay Node.js keeps for a timer (2^31 - 1 ms); a longer one fires after 1 ms, each time. */
-const LONGEST_TIMER_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
+/** The longest delay Node.js keeps for a timer (2^31 - 1 ms); a longer one fires after 1 ms. */
+export const LONGEST_TIMER_MS = 2 ** 31 - 1;
+
+/** The same, in whole seconds. */
+const LONGEST_TIMER_SECONDS = Math.floor(LONGEST_TIMER_MS / 1000);
 
 /** How often a timer of the module's fires: positive, and at most about 24.8 days, which Node.js would cut to 1 ms. */
 export function timerSeconds(name: string, value: number): number {
@@ -20,6 +23,14 @@ export function timerSeconds(name: string, value: number): number {
       `Idempotency option ${name} must be at most ${LONGEST_TIMER_SECONDS} s (Node.js runs a longer timer every ` +
         `millisecond), got ${describedValue(value)}`,
     );
+  }
+  return value;
+}
+
+/** A positive number no larger than `max`, which `why` explains. */
+export function positiveAtMost(name: string, value: number, max: number, why: string): number {
+  if (positive(name, value) > max) {
+    throw new RangeError(`Idempotency option ${name} must be at most ${max} (${why}), got ${describedValue(value)}`);
   }
   return value;
 }

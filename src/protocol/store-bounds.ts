@@ -1,4 +1,5 @@
 import type { IdempotencyPolicy } from './idempotency-policy.js';
+import { LONGEST_TIMER_MS } from './option-checks.js';
 import type { IdempotencyScope } from './idempotency-store.interface.js';
 
 /** A store operation that did not answer within `storeTimeoutSeconds`. */
@@ -25,7 +26,9 @@ export function withTimeout<T>(
  */
 export function within<T>(operation: Promise<T>, timeoutMs: number, timedOut: () => Error): Promise<T> {
   return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(() => reject(timedOut()), timeoutMs);
+    // Past the longest delay Node.js keeps, a timer would fire after 1 ms; it never keeps the process alive.
+    const timer = setTimeout(() => reject(timedOut()), Math.min(timeoutMs, LONGEST_TIMER_MS));
+    timer.unref();
     operation.then(
       (value) => {
         clearTimeout(timer);

@@ -1,4 +1,5 @@
 import { randomUUID } from 'node:crypto';
+import { setTimeout as delay } from 'node:timers/promises';
 import { subscribe, unsubscribe } from 'node:diagnostics_channel';
 import { Controller, HttpException, Post, ServiceUnavailableException } from '@nestjs/common';
 import request from 'supertest';
@@ -424,6 +425,44 @@ describe('The completer and a record that changed between its look and its claim
     );
     await expect(idempotency.execute(next, async () => 'never run')).resolves.toEqual({
       result: 'done',
+      replayed: true,
+    });
+  });
+});
+
+describe('The completer and its completions past their bounds', () => {
+  let app: TestContext | undefined;
+  afterEach(() => app?.close());
+
+  it('waits for a completion under a maxHoldSeconds longer than a Node.js timer keeps, and refuses a header a replay could not send', async () => {
+    app = await startTestContext({
+      database: 'memory',
+      idempotency: { singleTenant: true, completer: { intervalSeconds: false, backoffSeconds: 1, maxAttempts: 10 } },
+    });
+    const idempotency = app.context.get(IdempotencyService);
+    const operation = { name: newName(), key: randomUUID() };
+    await expect(idempotency.execute(operation, twoSteps().work)).rejects.toBeInstanceOf(Interrupted);
+    const outcomes: CompletedOutcome[] = [{ body: 1, headers: { 'x-note': 'one\r\nset-cookie: a=b' } }, { body: 2 }];
+    app.context
+      .get(IdempotencyCompleter)
+      // Work that takes a while: a timer cut to 1 ms would end it first.
+      .register(`operation ${operation.name}`, async () => (await delay(50), outcomes.shift() as CompletedOutcome), {
+        maxHoldSeconds: 30 * 24 * 3600,
+      });
+    await waitFor(
+      async () => ((await app?.context.get(IdempotencyCompleter).completeAbandoned())?.failed === 1 ? true : undefined),
+      'the first completion',
+    );
+    expect(app.logger.warnings).toEqual(
+      expect.arrayContaining([expect.stringContaining('must be a token with a string value of one line')]),
+    );
+    await waitFor(
+      async () =>
+        (await app?.context.get(IdempotencyCompleter).completeAbandoned())?.completed === 1 ? true : undefined,
+      'the second completion',
+    );
+    await expect(idempotency.execute(operation, async () => 'never run')).resolves.toEqual({
+      result: 2,
       replayed: true,
     });
   });

@@ -133,6 +133,7 @@ describe('resolveCompleterSettings', () => {
     [{ maxAttempts: 0 }, /completer.maxAttempts must be a positive integer/],
     [{ backoffSeconds: -1 }, /completer.backoffSeconds must be a positive number/],
     [{ maxBackoffSeconds: Number.NaN }, /completer.maxBackoffSeconds must be a positive number/],
+    [{ maxBackoffSeconds: 365 * 24 * 3600 + 1 }, /completer.maxBackoffSeconds must be at most 31536000 \(a year\)/],
   ])('refuses %p', (completer, message) => {
     expect(() => resolveCompleterSettings({ completer })).toThrow(message);
   });

@@ -4,9 +4,8 @@ import type { RecordsTable } from './records-table.js';
 
 /**
  * 0.4.0: an index of the records in progress, by endpoint, through which the completer finds the abandoned ones
- * without reading the completed ones. Partial, and on a column no renewal changes: it holds only the few records in
- * progress, and a lease's renewal stays a heap-only update. `attempts > 0` holds for every record, and only the
- * completer's statement says it: no other statement implies the predicate, so none can be planned through the index
+ * without reading the completed ones. Partial: it holds only the few records in progress. `attempts > 0` holds for
+ * every record, and only the statements meant to read it (the completer's, the operator's stuck list) say it: no other statement implies the predicate, so none can be planned through the index
  * (a completion planned on an empty table would otherwise scan every record in progress rather than reach its own). Building it reads the table once; an index of that name
  * made beforehand (`CREATE INDEX CONCURRENTLY`, on a large table) is kept.
  */
