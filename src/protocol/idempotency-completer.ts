@@ -94,6 +94,8 @@ interface Registration {
 export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeApplicationShutdown {
   private readonly logger = new Logger('IdempotencyCompleter');
   private readonly settings: Required<CompleterOptions>;
+  /** The module's options resolved: the bound of the store's search (`storeTimeoutSeconds`). */
+  private readonly modulePolicy: IdempotencyPolicy;
   private readonly completions = new Map<string, Registration>();
   private timer?: NodeJS.Timeout;
   /** The look under way, which the next tick does not overlap. */
@@ -105,6 +107,7 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     private readonly idempotency: IdempotencyService,
   ) {
     this.settings = resolveCompleterSettings(options);
+    this.modulePolicy = resolvePolicy(options);
   }
 
   /**
@@ -201,9 +204,11 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
     const seen = new Set<string>();
     for (let looked = 0; looked < batchSize && !this.idempotency.shuttingDown; looked += 1) {
       const [record] = await this.findAbandoned(query);
+      if (!record) break;
       // Found again, unchanged by its claim (a replay answered from memory): the look would find nothing else.
-      if (!record || seen.has(JSON.stringify(record.scope))) break;
-      seen.add(JSON.stringify(record.scope));
+      const scope = JSON.stringify(record.scope);
+      if (seen.has(scope)) break;
+      seen.add(scope);
       pass[await this.complete(record)] += 1;
     }
     return pass;
@@ -211,7 +216,7 @@ export class IdempotencyCompleter implements OnApplicationBootstrap, BeforeAppli
 
   /** The store's search, bounded by `storeTimeoutSeconds` as any store operation. */
   private findAbandoned(query: AbandonedQuery): Promise<AbandonedRecord[]> {
-    return withTimeout(this.store.findAbandoned!(query), resolvePolicy(this.options), 'finding abandoned operations');
+    return withTimeout(this.store.findAbandoned!(query), this.modulePolicy, 'finding abandoned operations');
   }
 
   /**
